@@ -1,0 +1,43 @@
+"""What an algorithm plugin provides, and the context every run gets."""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from pcp_core.config import RunConfig
+from pcp_core.metrics import MetricsLog
+
+
+class Progress(Protocol):
+    """Where a run reports progress; the CLI shows it as a progress bar."""
+
+    def start(self, total_steps: int, description: str) -> None: ...
+
+    def update(self, step: int, **fields: float) -> None: ...
+
+
+class SilentProgress:
+    def start(self, total_steps: int, description: str) -> None:
+        pass
+
+    def update(self, step: int, **fields: float) -> None:
+        pass
+
+
+@dataclass
+class RunContext:
+    config: RunConfig
+    run_dir: Path
+    metrics: MetricsLog
+    plugins: Any  # pcp_core.plugins.PluginHost
+    progress: Progress = field(default_factory=SilentProgress)
+
+
+@dataclass(frozen=True)
+class Algorithm:
+    """Drives a whole run and returns the summary written to summary.json."""
+
+    name: str
+    run: Callable[[RunContext], dict[str, Any]]
+    description: str = ""

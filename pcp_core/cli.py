@@ -1,0 +1,218 @@
+"""The `pcp` command line. The only place that configures logging.
+
+Kept light: jax and iree are imported only by the commands that need them, so
+`pcp --help` and `pcp plugins` return at once.
+"""
+
+import dataclasses
+import inspect
+import json
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Optional
+
+import structlog
+import typer
+
+from pcp_core import config as run_config
+from pcp_core import plugins
+from pcp_core.registry import DuplicateNameError, UnknownNameError
+
+app = typer.Typer(
+    name="pcp",
+    help="PCP, the Planetary Compute Protocol: train one model across loosely connected "
+    "machines with whatever accelerators they have.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Errors caused by input a user can fix: shown as one line, not a traceback."""
+    from pcp_core.compiler import CompileError
+    from pcp_core.data import DataError
+    from pcp_core.executor import DeviceError
+
+    return (
+        run_config.ConfigError,
+        DataError,
+        UnknownNameError,
+        DuplicateNameError,
+        CompileError,
+        DeviceError,
+        plugins.PluginLoadError,
+        ValueError,
+        FileNotFoundError,
+    )
+
+
+def fail(message: str, code: int = 2) -> None:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+def configure_logging(verbose: bool) -> None:
+    level = logging.DEBUG if verbose else logging.INFO
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        # Looked up per message, so logs go wherever stderr points now (the progress bar
+        # redirects it while it is shown).
+        logger_factory=lambda *args: structlog.PrintLogger(sys.stderr),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="%H:%M:%S"),
+            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
+        ],
+    )
+
+
+def with_run_config(command: Callable[[run_config.RunConfig], None]) -> Callable[..., None]:
+    """Give `command` one option per RunConfig field plus `--config FILE.toml`."""
+    parameters = [
+        inspect.Parameter(
+            "config_file",
+            inspect.Parameter.KEYWORD_ONLY,
+            annotation=Optional[Path],  # noqa: UP045
+            default=typer.Option(None, "--config", help="TOML file of settings; flags win."),
+        )
+    ]
+    for field in dataclasses.fields(run_config.RunConfig):
+        base = next(
+            t for t in getattr(field.type, "__args__", (field.type,)) if t is not type(None)
+        )
+        default = "" if field.default is None else f" [default: {field.default}]"
+        parameters.append(
+            inspect.Parameter(
+                field.name,
+                inspect.Parameter.KEYWORD_ONLY,
+                annotation=Optional[base],  # noqa: UP045
+                default=typer.Option(
+                    None,
+                    "--" + field.name.replace("_", "-"),
+                    help=field.metadata["help"] + default,
+                    show_default=False,
+                ),
+            )
+        )
+
+    def wrapper(**kwargs: Any) -> None:
+        config_file = kwargs.pop("config_file")
+        try:
+            resolved = run_config.resolve(config_file, kwargs)
+        except run_config.ConfigError as error:
+            fail(str(error))
+        command(resolved)
+
+    wrapper.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    wrapper.__name__ = command.__name__
+    wrapper.__doc__ = command.__doc__
+    return wrapper
+
+
+def run_algorithm(config: run_config.RunConfig) -> dict[str, Any]:
+    """Run the configured algorithm into a run directory; shared by train and shepherd."""
+    from pcp_core.algorithms import RunContext
+    from pcp_core.metrics import MetricsLog, new_run_dir, write_json
+    from pcp_core.progress import RichProgress
+
+    host = plugins.host()
+    algorithm = host.algorithm(config.algorithm)
+    host.backend(config.backend)  # fail on an unknown backend before any work
+    run_dir = Path(config.out) if config.out else new_run_dir()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.toml").write_text(run_config.to_toml(config), encoding="utf-8")
+    metrics = MetricsLog(run_dir / "metrics.jsonl")
+    with RichProgress() as progress:
+        ctx = RunContext(
+            config=config, run_dir=run_dir, metrics=metrics, plugins=host, progress=progress
+        )
+        try:
+            summary = algorithm.run(ctx)
+        finally:
+            metrics.close()
+    write_json(run_dir / "summary.json", summary)
+    return summary | {"run_dir": str(run_dir)}
+
+
+def report(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="run summary", show_header=False)
+    for key in (
+        "final_train_loss",
+        "final_val_loss",
+        "unigram_entropy",
+        "tokens_per_s",
+        "wall_time_s",
+        "backend",
+        "run_dir",
+    ):
+        value = summary.get(key)
+        if value is not None:
+            table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    Console().print(table)
+
+
+def run_or_explain(body: Callable[[], None]) -> None:
+    """Run a command body, turning user errors into one line and Ctrl-C into exit 130."""
+    try:
+        body()
+    except KeyboardInterrupt:
+        typer.secho("interrupted", fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(130) from None
+    except _user_errors() as error:
+        fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
+
+
+@app.command()
+@with_run_config
+def train(config: run_config.RunConfig) -> None:
+    """Train a model: by default the small built-in GPT on the built-in corpus, on the CPU.
+
+    Writes metrics.jsonl, summary.json, config.toml and checkpoint.safetensors to the run
+    directory (--out).
+    """
+    run_or_explain(lambda: report(run_algorithm(config)))
+
+
+@app.command("plugins")
+def list_plugins(
+    as_json: bool = typer.Option(False, "--json", help="Print the plugin table as JSON."),
+) -> None:
+    """List installed plugin distributions, what each registers, and load errors."""
+    host = plugins.host()
+    records = [dataclasses.asdict(r) for r in host.records.values()]
+    if as_json:
+        typer.echo(json.dumps(records, indent=2))
+    else:
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(title="PCP plugins")
+        for column in ("distribution", "version", "registers", "errors"):
+            table.add_column(column)
+        for r in records:
+            registers = ", ".join(f"{kind} {name}" for kind, name in r["registered"])
+            table.add_row(r["distribution"], r["version"], registers, "\n".join(r["errors"]))
+        Console().print(table)
+    if host.errors() and plugins.strict_mode():
+        raise typer.Exit(1)
+
+
+@app.callback()
+def setup(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
+    configure_logging(verbose)
+
+
+def main() -> None:
+    try:
+        host = plugins.host()
+    except plugins.PluginLoadError as error:
+        typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
+        sys.exit(1)
+    host.add_commands(app)
+    app()

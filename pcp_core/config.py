@@ -1,0 +1,153 @@
+"""The run configuration: one dataclass that the CLI flags and a TOML file both fill.
+
+Precedence: defaults < `--config FILE.toml` < flags. Every field's help text lives
+here, and the CLI builds its options from these fields, so flags, TOML keys and
+documentation never drift apart.
+"""
+
+import dataclasses
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A bad setting: unknown key, wrong type, out-of-range value."""
+
+
+def _opt(default: Any, help: str, **extra: Any) -> Any:
+    return field(default=default, metadata={"help": help, **extra})
+
+
+@dataclass
+class RunConfig:
+    # what to run
+    backend: str = _opt("cpu", "Hardware backend (see `pcp plugins`).")
+    algorithm: str = _opt("local", "Training algorithm: `local` (one process) or `diloco`.")
+    model: str = _opt("nanogpt", "Model to train.")
+    optimizer: str = _opt("adamw", "Inner optimizer, compiled into the device program.")
+    dataset: str = _opt("chars", "Dataset source.")
+    data: Path | None = _opt(None, "UTF-8 text file to train on (default: built-in corpus).")
+    out: Path | None = _opt(None, "Run directory (default: runs/<timestamp>).")
+    target: str | None = _opt(None, "Device architecture to compile for (default: detect).")
+    device: int | None = _opt(None, "Index of the device to use (default: first).")
+    # model size (None: the model's default)
+    n_layer: int | None = _opt(None, "Transformer layers.")
+    n_head: int | None = _opt(None, "Attention heads.")
+    n_embd: int | None = _opt(None, "Embedding width.")
+    block_size: int | None = _opt(None, "Context length in characters.")
+    # training
+    steps: int = _opt(300, "Inner optimizer steps (per worker for diloco).")
+    batch_size: int = _opt(16, "Sequences per step.")
+    steps_per_call: int = _opt(10, "Steps the compiled program runs per call (K).")
+    lr: float = _opt(3e-3, "Peak learning rate.")
+    min_lr: float = _opt(3e-4, "Learning rate at the end of the cosine decay.")
+    warmup_steps: int = _opt(20, "Linear warmup steps.")
+    weight_decay: float = _opt(0.1, "AdamW decoupled weight decay (matrices only).")
+    beta1: float = _opt(0.9, "AdamW beta1.")
+    beta2: float = _opt(0.99, "AdamW beta2.")
+    eps: float = _opt(1e-8, "AdamW epsilon.")
+    grad_clip: float = _opt(1.0, "Global gradient-norm clip (0 disables).")
+    seed: int = _opt(0, "Seed for initialisation and data order.")
+    eval_every: int = _opt(100, "Evaluate validation loss every N steps (0: only at the end).")
+    eval_batches: int = _opt(8, "Validation batches per evaluation.")
+    # distributed (diloco)
+    workers: int = _opt(2, "Workers to start (one-command diloco form) or wait for.")
+    inner_steps: int = _opt(50, "DiLoCo: inner steps per round (H).")
+    outer_optimizer: str = _opt("nesterov", "DiLoCo: outer optimizer run by the shepherd.")
+    outer_lr: float = _opt(0.7, "DiLoCo: outer learning rate.")
+    outer_momentum: float = _opt(0.9, "DiLoCo: outer Nesterov momentum.")
+    transport: str = _opt("capnp-tcp", "DiLoCo: transport between shepherd and workers.")
+
+    def model_overrides(self) -> dict[str, int | None]:
+        return {k: getattr(self, k) for k in ("n_layer", "n_head", "n_embd", "block_size")}
+
+    def validate(self) -> "RunConfig":
+        positive = ["steps", "batch_size", "steps_per_call", "eval_batches", "workers"]
+        positive += ["inner_steps"]
+        for name in positive:
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("n_layer", "n_head", "n_embd", "block_size", "device"):
+            value = getattr(self, name)
+            if value is not None and value < (0 if name == "device" else 1):
+                raise ConfigError(f"{name} must be positive, got {value}")
+        for name in ("lr", "min_lr", "weight_decay", "eps", "grad_clip", "outer_lr"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.warmup_steps < 0 or self.eval_every < 0:
+            raise ConfigError("warmup_steps and eval_every must not be negative")
+        if self.steps % self.steps_per_call:
+            raise ConfigError(
+                f"steps ({self.steps}) must be a multiple of steps_per_call ({self.steps_per_call})"
+            )
+        if self.data is not None and not Path(self.data).is_file():
+            raise ConfigError(f"data file not found: {self.data}")
+        return self
+
+
+FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    kind = FIELDS[name].type
+    if value is None:
+        return None
+    text = str(kind)
+    try:
+        if "Path" in text:
+            return Path(value)
+        if "int" in text and not isinstance(value, bool):
+            if isinstance(value, float) and not value.is_integer():
+                raise ValueError
+            return int(value)
+        if "float" in text and not isinstance(value, bool):
+            return float(value)
+        if "str" in text and isinstance(value, str):
+            return value
+    except (TypeError, ValueError):
+        pass
+    raise ConfigError(f"{name}: expected {text.replace('pathlib.', '')}, got {value!r}")
+
+
+def load_toml(path: Path) -> dict[str, Any]:
+    """The settings in a TOML file, with keys checked against the config's fields."""
+    try:
+        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {path}") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"{path}: not valid TOML: {error}") from None
+    settings = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        if name not in FIELDS:
+            raise ConfigError(f"{path}: unknown key {key!r} (see `pcp train --help`)")
+        settings[name] = _coerce(name, value)
+    return settings
+
+
+def resolve(config_file: Path | None, flags: dict[str, Any]) -> RunConfig:
+    """Defaults, then the TOML file, then the flags that were given (not None)."""
+    settings = load_toml(config_file) if config_file else {}
+    settings.update({k: _coerce(k, v) for k, v in flags.items() if v is not None})
+    return RunConfig(**settings).validate()
+
+
+def to_toml(config: RunConfig) -> str:
+    """The resolved config as TOML (None values omitted), written into every run."""
+    lines = []
+    for name in FIELDS:
+        value = getattr(config, name)
+        if value is None:
+            continue
+        if isinstance(value, str | Path):
+            lines.append(f'{name} = "{value}"')
+        else:
+            lines.append(f"{name} = {value!r}")
+    return "\n".join(lines) + "\n"
+
+
+def to_dict(config: RunConfig) -> dict[str, Any]:
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(config).items()}

@@ -1,0 +1,113 @@
+"""Running a compiled training program with `iree.runtime`, state kept on the device.
+
+Parameters and optimizer state are uploaded once and then live on the device: each
+call feeds the previous call's output buffers back in, and only the losses come
+back to the host. Parameters are read back only when asked (evaluation, checkpoint,
+sync).
+"""
+
+from typing import Any
+
+import numpy as np
+import structlog
+
+from pcp_core.program import ENTRY_FUNCTION, TensorSpec
+
+log = structlog.get_logger(__name__)
+
+
+class DeviceError(RuntimeError):
+    """The runtime driver or the requested device is not available."""
+
+
+def open_device(driver: str, device_index: int | None = None) -> Any:
+    """The HAL device `device_index` (default the first) of an IREE runtime driver."""
+    import iree.runtime as rt
+
+    try:
+        hal_driver = rt.get_driver(driver)
+        devices = hal_driver.query_available_devices()
+    except (RuntimeError, ValueError) as error:
+        raise DeviceError(f"IREE runtime driver {driver!r} is not usable here: {error}") from None
+    if not devices:
+        raise DeviceError(f"IREE runtime driver {driver!r} sees no device")
+    index = device_index or 0
+    if not 0 <= index < len(devices):
+        raise DeviceError(f"driver {driver!r} has {len(devices)} device(s); no device {index}")
+    try:
+        return hal_driver.create_device(devices[index]["device_id"])
+    except (RuntimeError, ValueError) as error:
+        raise DeviceError(f"cannot open {driver!r} device {index}: {error}") from None
+
+
+def to_host(array: Any) -> np.ndarray:
+    """A host copy of a device array (a copy, since mapped memory may be reused)."""
+    return np.array(array.to_host(), copy=True)
+
+
+class IreeExecutor:
+    """One compiled program loaded on one device, holding the training state there."""
+
+    def __init__(
+        self,
+        vmfb: bytes,
+        driver: str,
+        param_specs: list[TensorSpec],
+        opt_specs: list[TensorSpec],
+        device_index: int | None = None,
+    ) -> None:
+        import iree.runtime as rt
+
+        self._rt = rt
+        self.driver = driver
+        self.param_specs = param_specs
+        self.opt_specs = opt_specs
+        self.config = rt.Config(device=open_device(driver, device_index))
+        self.context = rt.SystemContext(config=self.config)
+        module = rt.VmModule.copy_buffer(self.context.instance, vmfb)
+        self.context.add_vm_module(module)
+        self._step = self.context.modules[module.name][ENTRY_FUNCTION]
+        self._params: list[Any] = []
+        self._opt_state: list[Any] = []
+
+    @property
+    def device(self) -> Any:
+        return self.config.device
+
+    def _upload(self, arrays: list[np.ndarray], specs: list[TensorSpec]) -> list[Any]:
+        if len(arrays) != len(specs):
+            raise ValueError(f"expected {len(specs)} tensors, got {len(arrays)}")
+        uploaded = []
+        for array, spec in zip(arrays, specs, strict=True):
+            array = np.asarray(array, dtype=spec.dtype, order="C")
+            if array.shape != spec.shape:
+                raise ValueError(f"{spec.name}: shape {array.shape}, expected {spec.shape}")
+            uploaded.append(self._rt.asdevicearray(self.device, array))
+        return uploaded
+
+    def set_params(self, params: list[np.ndarray]) -> None:
+        """Replace the parameters on the device (the optimizer state stays)."""
+        self._params = self._upload(params, self.param_specs)
+
+    def set_opt_state(self, opt_state: list[np.ndarray]) -> None:
+        self._opt_state = self._upload(opt_state, self.opt_specs)
+
+    def run(self, inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """K inner steps over [K, batch, block] token stacks; returns the K losses."""
+        if not self._params or not self._opt_state:
+            raise RuntimeError("set_params and set_opt_state must come before run")
+        outputs = self._step(*self._params, *self._opt_state, inputs, targets)
+        n_params = len(self.param_specs)
+        self._params = list(outputs[:n_params])
+        self._opt_state = list(outputs[n_params:-1])
+        return to_host(outputs[-1])
+
+    def device_state(self) -> list[Any]:
+        """The device-resident parameter and optimizer buffers (for inspection)."""
+        return [*self._params, *self._opt_state]
+
+    def params(self) -> list[np.ndarray]:
+        return [to_host(a) for a in self._params]
+
+    def opt_state(self) -> list[np.ndarray]:
+        return [to_host(a) for a in self._opt_state]

@@ -1,0 +1,30 @@
+"""What a model plugin provides: JAX init and loss functions over named parameters."""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+# Parameters travel as an ordered name -> array mapping; the order is the model's and
+# is what every wire format and checkpoint relies on.
+Params = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Model:
+    """A trainable model: `init(config, seed)` and `loss(config, params, x, y)` in JAX."""
+
+    name: str
+    defaults: Mapping[str, int]  # the model's size knobs and their defaults
+    init: Callable[[Mapping[str, int], int], Params]
+    loss: Callable[[Mapping[str, int], Params, Any, Any], Any]
+    validate: Callable[[Mapping[str, int]], None] = lambda config: None
+    description: str = ""
+
+    def config(self, overrides: Mapping[str, Any]) -> dict[str, int]:
+        """The model config: its defaults with the given (non-None) overrides applied."""
+        unknown = set(overrides) - set(self.defaults)
+        if unknown:
+            raise ValueError(f"model {self.name!r} has no setting(s) {sorted(unknown)}")
+        merged = {**self.defaults, **{k: v for k, v in overrides.items() if v is not None}}
+        self.validate(merged)
+        return merged

@@ -1,0 +1,69 @@
+"""What optimizer plugins provide.
+
+An *inner* optimizer is JAX-traceable and is compiled into the device program (it
+runs on the worker's accelerator). An *outer* optimizer runs on the shepherd in
+NumPy float32 over the averaged pseudo-gradient.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class InnerSettings:
+    """Hyperparameters of the inner (per-step, on-device) optimizer."""
+
+    lr: float = 1e-3
+    min_lr: float = 1e-4
+    warmup_steps: int = 20
+    total_steps: int = 1000
+    weight_decay: float = 0.1
+    beta1: float = 0.9
+    beta2: float = 0.99
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # global-norm clip; 0 disables it
+
+
+class GradientTransformation(Protocol):
+    """optax's interface: `update` returns additive updates and the new state."""
+
+    def init(self, params: Any) -> Any: ...
+
+    def update(self, grads: Any, state: Any, params: Any) -> tuple[Any, Any]: ...
+
+
+@dataclass(frozen=True)
+class InnerOptimizer:
+    name: str
+    build: Callable[[InnerSettings], GradientTransformation]
+    description: str = ""
+    role: str = "inner"
+
+
+@dataclass(frozen=True)
+class OuterSettings:
+    """Hyperparameters of the outer optimizer (DiLoCo paper defaults)."""
+
+    lr: float = 0.7
+    momentum: float = 0.9
+
+
+class OuterStep(Protocol):
+    """Applies one outer step in place: `params` and the step's state are float32 arrays."""
+
+    def __call__(self, params: list[np.ndarray], delta: list[np.ndarray]) -> None: ...
+
+    def state(self) -> dict[str, np.ndarray]: ...
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None: ...
+
+
+@dataclass(frozen=True)
+class OuterOptimizer:
+    name: str
+    create: Callable[[OuterSettings, list[np.ndarray]], OuterStep]
+    description: str = ""
+    role: str = "outer"

@@ -1,0 +1,128 @@
+"""Building the training program: K inner steps of model + inner optimizer, as StableHLO.
+
+Parameters and optimizer state are explicit inputs and outputs, in a fixed named
+order, so the compiled program can keep them on the device between calls and both
+ends of a wire agree on what each tensor is.
+"""
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pcp_core.models import Model
+from pcp_core.optimizers import GradientTransformation
+
+ENTRY_FUNCTION = "main"
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # numpy dtype name
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+@dataclass
+class TrainProgram:
+    """The exported program plus what callers need to feed it."""
+
+    stablehlo: str
+    module_name: str
+    param_specs: list[TensorSpec]
+    opt_specs: list[TensorSpec]
+    steps_per_call: int
+    batch_size: int
+    block_size: int
+    jax_step: Callable[..., Any]  # the same step jitted by XLA, for parity and benchmarks
+    init_opt_state: Callable[[list[np.ndarray]], list[np.ndarray]]
+    eval_loss: Callable[[list[np.ndarray], np.ndarray, np.ndarray], float]
+
+
+def specs_of(named: Mapping[str, Any]) -> list[TensorSpec]:
+    return [
+        TensorSpec(n, tuple(int(d) for d in a.shape), np.dtype(a.dtype).name)
+        for n, a in named.items()
+    ]
+
+
+def build_train_program(
+    model: Model,
+    model_config: Mapping[str, int],
+    optimizer: GradientTransformation,
+    steps_per_call: int,
+    batch_size: int,
+    seed: int = 0,
+) -> TrainProgram:
+    """Trace and export `steps_per_call` train steps over a [K, batch, block] stack."""
+    import jax
+    import jax.numpy as jnp
+
+    block_size = model_config["block_size"]
+    example = model.init(model_config, seed)
+    names = list(example)
+    opt_shapes = jax.eval_shape(optimizer.init, example)
+    opt_paths, opt_treedef = jax.tree_util.tree_flatten_with_path(opt_shapes)
+    opt_specs = [
+        TensorSpec("opt" + jax.tree_util.keystr(path), tuple(leaf.shape), np.dtype(leaf.dtype).name)
+        for path, leaf in opt_paths
+    ]
+
+    def loss_of(params: dict[str, Any], x: Any, y: Any) -> Any:
+        return model.loss(model_config, params, x, y)
+
+    def train_step(params_tuple, opt_tuple, inputs, targets):
+        params = dict(zip(names, params_tuple, strict=True))
+        opt_state = jax.tree_util.tree_unflatten(opt_treedef, opt_tuple)
+
+        def one_step(carry, batch):
+            params, opt_state = carry
+            loss, grads = jax.value_and_grad(loss_of)(params, *batch)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = jax.tree_util.tree_map(jnp.add, params, updates)
+            return (params, opt_state), loss
+
+        (params, opt_state), losses = jax.lax.scan(one_step, (params, opt_state), (inputs, targets))
+        return (
+            tuple(params[n] for n in names),
+            tuple(jax.tree_util.tree_leaves(opt_state)),
+            losses,
+        )
+
+    def abstract(specs: list[TensorSpec]) -> tuple[Any, ...]:
+        return tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs)
+
+    param_specs = specs_of(example)
+    batch_spec = jax.ShapeDtypeStruct((steps_per_call, batch_size, block_size), jnp.int32)
+    jitted = jax.jit(train_step)
+    exported = jax.export.export(jitted)(
+        abstract(param_specs), abstract(opt_specs), batch_spec, batch_spec
+    )
+
+    @jax.jit
+    def init_opt(params_tuple):
+        state = optimizer.init(dict(zip(names, params_tuple, strict=True)))
+        return tuple(jax.tree_util.tree_leaves(state))
+
+    @jax.jit
+    def eval_step(params_tuple, inputs, targets):
+        params = dict(zip(names, params_tuple, strict=True))
+        return jnp.mean(jax.lax.map(lambda b: loss_of(params, *b), (inputs, targets)))
+
+    return TrainProgram(
+        stablehlo=exported.mlir_module(),
+        module_name="jit_train_step",
+        param_specs=param_specs,
+        opt_specs=opt_specs,
+        steps_per_call=steps_per_call,
+        batch_size=batch_size,
+        block_size=block_size,
+        jax_step=jitted,
+        init_opt_state=lambda params: [np.asarray(a) for a in init_opt(tuple(params))],
+        eval_loss=lambda params, x, y: float(eval_step(tuple(params), x, y)),
+    )

@@ -1,0 +1,45 @@
+"""The CPU backend: IREE's `llvm-cpu` target and the multi-threaded `local-task` driver.
+
+The architecture is an LLVM CPU name. Detection picks the x86-64 micro-architecture
+level the host supports (portable between machines of that level, unlike "host"),
+so a VMFB compiled on one machine runs on every worker of the same level.
+"""
+
+import platform
+from pathlib import Path
+
+from pcp_core import hookimpl
+from pcp_core.backends import Backend
+
+
+def detect_arch() -> str | None:
+    if platform.machine().lower() not in ("x86_64", "amd64"):
+        return "generic"
+    try:
+        cpuinfo = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return None
+    flags = next(
+        (ln.split(":", 1)[1].split() for ln in cpuinfo.splitlines() if ln.startswith("flags")), []
+    )
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= set(flags):
+        return "x86-64-v4"
+    if {"avx2", "fma", "bmi2"} <= set(flags):
+        return "x86-64-v3"
+    return "x86-64-v2" if "sse4_2" in flags else "x86-64"
+
+
+CPU = Backend(
+    name="cpu",
+    target="llvm-cpu",
+    driver="local-task",
+    default_arch="generic",
+    description="host CPU through IREE llvm-cpu",
+    arch_flag="--iree-llvmcpu-target-cpu={arch}",
+    detect_arch=detect_arch,
+)
+
+
+@hookimpl
+def pcp_register_backends(register) -> None:
+    register(CPU)
