@@ -209,6 +209,7 @@ def setup(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug log
 
 
 def main() -> None:
+    configure_logging(verbose=False)  # before discovery, so its warnings go to stderr
     try:
         host = plugins.host()
     except plugins.PluginLoadError as error:

@@ -1,0 +1,119 @@
+"""IREE on the CPU against jax.jit on the CPU, for the same train step, side by side.
+
+Both run the identical program (K steps of nanoGPT + AdamW per call) on the same
+batches; the figure is the median time per step. Writes benchmarks/results/step_time.json
+and .md.
+
+    python benchmarks/step_time.py            # default model + shakespeare-char size
+    python benchmarks/step_time.py --quick    # default model only
+"""
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+
+from pcp_core import data, nanogpt
+from pcp_core.compiler import compile_program
+from pcp_core.executor import IreeExecutor
+from pcp_core.optimizers import InnerSettings
+from pcp_core.program import build_train_program
+
+RESULTS = Path(__file__).parent / "results"
+
+SIZES = {
+    "default": {"model": {}, "batch_size": 16, "steps_per_call": 10, "calls": 10},
+    # nanoGPT's shakespeare-char model; batch 8 (not 64) so a 2-core machine finishes
+    "shakespeare-char": {
+        "model": {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256},
+        "batch_size": 8,
+        "steps_per_call": 2,
+        "calls": 4,
+    },
+}
+
+
+def measure(name: str, size: dict, corpus: data.CharCorpus) -> dict:
+    import jax
+    import pcp_adamw
+    import pcp_cpu
+
+    config = nanogpt.MODEL.config({**size["model"], "vocab_size": corpus.vocab_size})
+    k, batch, calls = size["steps_per_call"], size["batch_size"], size["calls"]
+    program = build_train_program(
+        nanogpt.MODEL, config, pcp_adamw.build(InnerSettings()), steps_per_call=k, batch_size=batch
+    )
+    compiled = compile_program(program.stablehlo, pcp_cpu.CPU, pcp_cpu.CPU.resolve_arch())
+    executor = IreeExecutor(compiled.vmfb, "local-task", program.param_specs, program.opt_specs)
+    params = list(nanogpt.init(config, 0).values())
+    opt_state = program.init_opt_state(params)
+    executor.set_params(params)
+    executor.set_opt_state(opt_state)
+    jax_state = (tuple(params), tuple(opt_state))
+    batches = [
+        corpus.batches("train", k, batch, config["block_size"], (0, c)) for c in range(calls + 1)
+    ]
+
+    iree_times, jax_times = [], []
+    for call, (x, y) in enumerate(batches):  # call 0 warms both up
+        started = time.perf_counter()
+        iree_loss = executor.run(x, y)
+        iree_s = time.perf_counter() - started
+        started = time.perf_counter()
+        *jax_state, jax_loss = program.jax_step(*jax_state, x, y)
+        jax_loss = np.asarray(jax.block_until_ready(jax_loss))
+        jax_s = time.perf_counter() - started
+        if call:
+            iree_times.append(iree_s / k)
+            jax_times.append(jax_s / k)
+    iree_ms, jax_ms = statistics.median(iree_times) * 1e3, statistics.median(jax_times) * 1e3
+    return {
+        "size": name,
+        "model": config,
+        "batch_size": batch,
+        "steps_per_call": k,
+        "parameters": int(sum(p.size for p in params)),
+        "iree_ms_per_step": round(iree_ms, 2),
+        "jax_ms_per_step": round(jax_ms, 2),
+        "xla_over_iree": round(jax_ms / iree_ms, 3),
+        "final_loss_iree": float(iree_loss[-1]),
+        "final_loss_jax": float(jax_loss[-1]),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="only the default model")
+    args = parser.parse_args()
+    corpus = data.load_text_file(None)
+    names = ["default"] if args.quick else list(SIZES)
+    rows = [measure(name, SIZES[name], corpus) for name in names]
+    machine = {
+        "cpu_count": os.cpu_count(),
+        "machine": platform.machine(),
+        "processor": platform.processor(),
+    }
+    RESULTS.mkdir(exist_ok=True)
+    (RESULTS / "step_time.json").write_text(
+        json.dumps({"machine": machine, "rows": rows}, indent=2)
+    )
+    lines = [
+        "| size | params | batch | IREE ms/step | XLA ms/step | XLA/IREE |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['size']} | {r['parameters']:,} | {r['batch_size']} | {r['iree_ms_per_step']} "
+        f"| {r['jax_ms_per_step']} | {r['xla_over_iree']} |"
+        for r in rows
+    ]
+    (RESULTS / "step_time.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""`python -m pcp_core` is the `pcp` command."""
+
+from pcp_core.cli import main
+
+main()

@@ -1,0 +1,63 @@
+"""`pcp train` end to end in a fresh interpreter, and its one-line errors."""
+
+import json
+from pathlib import Path
+
+import pytest
+from safetensors.numpy import load_file
+
+from tests.conftest import run_pcp
+
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "32"]
+
+
+def test_train_writes_run_directory(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = run_pcp(
+        "train", "--backend", "cpu", "--steps", "60", "--eval-every", "30", "--out", str(out), *TINY
+    )
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == list(range(10, 70, 10))
+    assert all({"step", "loss", "tokens", "elapsed_s"} <= set(r) for r in records)
+    assert [r["step"] for r in records if "val_loss" in r] == [30, 60]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["backend"] == "cpu" and summary["tokens_per_s"] > 0
+    assert summary["final_val_loss"] < 0.9 * summary["unigram_entropy"]  # it learned
+    assert (out / "config.toml").read_text().count("steps = 60") == 1
+    params = load_file(out / "checkpoint.safetensors")
+    assert "wte" in params and params["wte"].shape[1] == 32
+
+
+def test_config_file_and_flags(tmp_path: Path) -> None:
+    toml = tmp_path / "run.toml"
+    toml.write_text("steps = 1000\nbatch_size = 4\n")
+    out = tmp_path / "run"
+    result = run_pcp("train", "--config", str(toml), "--steps", "10", "--out", str(out), *TINY)
+    assert result.returncode == 0, result.stderr
+    config = (out / "config.toml").read_text()
+    assert "steps = 10\n" in config and "batch_size = 4\n" in config
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--data", "/nonexistent/corpus.txt"], "data file not found"),
+        (["--block-size", "100000"], "block size 100000 is too big"),
+        (["--steps", "-3"], "steps must be positive"),
+        (["--n-embd", "30", "--n-head", "4"], "divisible by n_head"),
+    ],
+)
+def test_bad_input_is_one_line(args: list[str], message: str) -> None:
+    result = run_pcp("train", *args)
+    assert result.returncode == 2
+    assert message in result.stderr and "Traceback" not in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_unknown_config_key_is_one_line(tmp_path: Path) -> None:
+    toml = tmp_path / "bad.toml"
+    toml.write_text("learning_rate = 3\n")
+    result = run_pcp("train", "--config", str(toml))
+    assert result.returncode == 2 and "unknown key 'learning_rate'" in result.stderr
+    assert "Traceback" not in result.stderr

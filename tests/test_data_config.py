@@ -1,0 +1,82 @@
+"""The character dataset and the run configuration."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from pcp_core import config as run_config
+from pcp_core.data import CharCorpus, DataError, load_text_file
+
+
+def test_tokenizer_round_trip_and_split() -> None:
+    text = "hello world, héllo wörld! " * 20
+    corpus = CharCorpus.from_text(text, "test")
+    assert corpus.vocab_size == len(set(text))
+    joined = np.concatenate([corpus.train, corpus.validation])
+    assert corpus.decode(joined) == text
+    assert len(corpus.validation) == len(text) - int(len(text) * 0.9)
+
+
+def test_batches_are_deterministic_and_shifted() -> None:
+    corpus = load_text_file(None)
+    x1, y1 = corpus.batches("train", 3, 4, 16, stream=(7, 1))
+    x2, _ = corpus.batches("train", 3, 4, 16, stream=(7, 1))
+    x3, _ = corpus.batches("train", 3, 4, 16, stream=(7, 2))
+    assert x1.shape == (3, 4, 16) and x1.dtype == np.int32
+    np.testing.assert_array_equal(x1, x2)
+    assert not np.array_equal(x1, x3)
+    np.testing.assert_array_equal(x1[..., 1:], y1[..., :-1])
+
+
+def test_shards_are_disjoint() -> None:
+    """Shard 0 of 2 only ever sees the first half of the training text, shard 1 the second."""
+    half = 9_000
+    text = "abcdefghij" * (half // 10) + "ABCDEFGHIJ" * (half // 10) + "0123456789" * 200
+    corpus = CharCorpus.from_text(text, "halves", validation_fraction=2000 / len(text))
+    lower = {corpus.vocabulary.index(c) for c in "abcdefghij"}
+    upper = {corpus.vocabulary.index(c) for c in "ABCDEFGHIJ"}
+    for stream in range(5):
+        _, y0 = corpus.batches("train", 20, 8, 16, stream=(stream,), shard=(0, 2))
+        _, y1 = corpus.batches("train", 20, 8, 16, stream=(stream,), shard=(1, 2))
+        assert set(np.unique(y0)) <= lower and set(np.unique(y1)) <= upper
+
+
+def test_default_corpus_is_learnable_size() -> None:
+    corpus = load_text_file(None)
+    assert len(corpus.train) > 100_000
+    assert 2.5 < corpus.unigram_entropy() < 4.0
+
+
+def test_data_errors(tmp_path: Path) -> None:
+    with pytest.raises(DataError, match="not found"):
+        load_text_file(tmp_path / "missing.txt")
+    small = tmp_path / "small.txt"
+    small.write_text("x" * 100)
+    corpus = load_text_file(small)
+    with pytest.raises(DataError, match="block size 64 is too big"):
+        corpus.check_block_size(64)
+
+
+def test_config_precedence_and_errors(tmp_path: Path) -> None:
+    toml = tmp_path / "run.toml"
+    toml.write_text('steps = 40\nlr = 0.01\nbackend = "cpu"\nn-layer = 3\n')
+    resolved = run_config.resolve(toml, {"steps": 20, "lr": None})
+    assert resolved.steps == 20 and resolved.lr == 0.01 and resolved.n_layer == 3
+    toml.write_text("stepz = 4\n")
+    with pytest.raises(run_config.ConfigError, match="unknown key 'stepz'"):
+        run_config.resolve(toml, {})
+    with pytest.raises(run_config.ConfigError, match="steps must be positive"):
+        run_config.resolve(None, {"steps": -5})
+    with pytest.raises(run_config.ConfigError, match="multiple of steps_per_call"):
+        run_config.resolve(None, {"steps": 15, "steps_per_call": 10})
+    toml.write_text('steps = "many"\n')
+    with pytest.raises(run_config.ConfigError, match="steps: expected"):
+        run_config.resolve(toml, {})
+
+
+def test_resolved_config_round_trips_through_toml(tmp_path: Path) -> None:
+    resolved = run_config.resolve(None, {"steps": 20, "data": None, "n_head": 2})
+    saved = tmp_path / "config.toml"
+    saved.write_text(run_config.to_toml(resolved))
+    assert run_config.resolve(saved, {}) == resolved

@@ -1,0 +1,90 @@
+"""The compiled train program: IREE on the CPU against JAX, the compile cache, device state."""
+
+import numpy as np
+import pytest
+from structlog.testing import capture_logs
+
+from pcp_core import data, nanogpt
+from pcp_core.compiler import compile_program
+from pcp_core.executor import IreeExecutor
+from pcp_core.optimizers import InnerSettings
+from pcp_core.program import build_train_program
+
+TINY = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32}
+
+
+@pytest.fixture(scope="module")
+def corpus() -> data.CharCorpus:
+    return data.load_text_file(None)
+
+
+@pytest.fixture(scope="module")
+def program(corpus: data.CharCorpus):
+    import pcp_adamw
+
+    config = nanogpt.MODEL.config({**TINY, "vocab_size": corpus.vocab_size})
+    tx = pcp_adamw.build(InnerSettings(lr=3e-3, warmup_steps=2, total_steps=12))
+    return config, build_train_program(nanogpt.MODEL, config, tx, steps_per_call=4, batch_size=8)
+
+
+def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
+    return float(np.linalg.norm(actual - expected) / max(np.linalg.norm(expected), 1e-12))
+
+
+def test_iree_cpu_matches_jax(corpus: data.CharCorpus, program) -> None:
+    import pcp_cpu
+
+    config, prog = program
+    compiled = compile_program(prog.stablehlo, pcp_cpu.CPU, pcp_cpu.CPU.resolve_arch())
+    executor = IreeExecutor(compiled.vmfb, "local-task", prog.param_specs, prog.opt_specs)
+    params = list(nanogpt.init(config, seed=0).values())
+    opt_state = prog.init_opt_state(params)
+    executor.set_params(params)
+    executor.set_opt_state(opt_state)
+    jax_params, jax_opt = tuple(params), tuple(opt_state)
+    for call in range(3):
+        x, y = corpus.batches("train", 4, 8, 32, stream=(0, call))
+        iree_losses = executor.run(x, y)
+        jax_params, jax_opt, jax_losses = prog.jax_step(jax_params, jax_opt, x, y)
+        np.testing.assert_allclose(iree_losses, np.asarray(jax_losses), rtol=1e-4)
+    assert iree_losses[-1] < iree_losses[0]  # it learns
+    for spec, ours, theirs in zip(prog.param_specs, executor.params(), jax_params, strict=True):
+        assert relative_error(ours, np.asarray(theirs)) < 1e-4, spec.name
+    for spec, ours, theirs in zip(prog.opt_specs, executor.opt_state(), jax_opt, strict=True):
+        assert relative_error(ours, np.asarray(theirs)) < 1e-4, spec.name
+
+
+def test_state_stays_on_device(corpus: data.CharCorpus, program) -> None:
+    import pcp_cpu
+
+    config, prog = program
+    compiled = compile_program(prog.stablehlo, pcp_cpu.CPU, pcp_cpu.CPU.resolve_arch())
+    executor = IreeExecutor(compiled.vmfb, "local-task", prog.param_specs, prog.opt_specs)
+    params = list(nanogpt.init(config, seed=0).values())
+    executor.set_params(params)
+    executor.set_opt_state(prog.init_opt_state(params))
+    before = executor.device_state()
+    x, y = corpus.batches("train", 4, 8, 32, stream=(0, 0))
+    executor.run(x, y)
+    after = executor.device_state()
+    assert len(after) == len(before)
+    assert all(type(a).__name__ == "DeviceArray" and not a.is_host_accessible for a in after)
+    assert all(a is not b for a, b in zip(after, before, strict=True))  # outputs fed back
+
+
+def test_compile_cache_hit(program, tmp_path, monkeypatch) -> None:
+    import pcp_cpu
+
+    monkeypatch.setenv("PCP_CACHE_DIR", str(tmp_path))
+    _, prog = program
+    with capture_logs() as first_logs:
+        first = compile_program(prog.stablehlo, pcp_cpu.CPU, "x86-64")
+    with capture_logs() as second_logs:
+        second = compile_program(prog.stablehlo, pcp_cpu.CPU, "x86-64")
+    assert not first.cache_hit and second.cache_hit
+    assert first.vmfb == second.vmfb and first.sha256 == second.sha256
+    assert any(e["event"] == "compiled" for e in first_logs)
+    assert any("cache hit" in e["event"] for e in second_logs)
+    assert not any(e["event"] == "compiled" for e in second_logs)
+    other_arch = compile_program(prog.stablehlo, pcp_cpu.CPU, "x86-64-v2")
+    assert not other_arch.cache_hit  # the key covers the flags
