@@ -32,12 +32,19 @@ class RunContext:
     metrics: MetricsLog
     plugins: Any  # pcp_core.plugins.PluginHost
     progress: Progress = field(default_factory=SilentProgress)
+    # True for the one-command form: the algorithm starts its own local workers.
+    local_workers: bool = False
 
 
 @dataclass(frozen=True)
 class Algorithm:
-    """Drives a whole run and returns the summary written to summary.json."""
+    """Drives a whole run and returns the summary written to summary.json.
+
+    A distributed algorithm also gives `worker_round(session, assignment) -> Result`,
+    what a worker does with one round's assignment (see `pcp_core.worker`).
+    """
 
     name: str
     run: Callable[[RunContext], dict[str, Any]]
     description: str = ""
+    worker_round: Callable[..., Any] | None = None

@@ -69,8 +69,15 @@ def configure_logging(verbose: bool) -> None:
     )
 
 
-def with_run_config(command: Callable[[run_config.RunConfig], None]) -> Callable[..., None]:
-    """Give `command` one option per RunConfig field plus `--config FILE.toml`."""
+def with_run_config(
+    command: Callable[[run_config.RunConfig], None], defaults: dict[str, Any] | None = None
+) -> Callable[..., None]:
+    """Give `command` one option per RunConfig field plus `--config FILE.toml`.
+
+    `defaults` replace the dataclass defaults for this command (the TOML file and flags
+    still win over them).
+    """
+    defaults = defaults or {}
     parameters = [
         inspect.Parameter(
             "config_file",
@@ -101,7 +108,7 @@ def with_run_config(command: Callable[[run_config.RunConfig], None]) -> Callable
     def wrapper(**kwargs: Any) -> None:
         config_file = kwargs.pop("config_file")
         try:
-            resolved = run_config.resolve(config_file, kwargs)
+            resolved = run_config.resolve(config_file, kwargs, defaults)
         except run_config.ConfigError as error:
             fail(str(error))
         command(resolved)
@@ -112,8 +119,11 @@ def with_run_config(command: Callable[[run_config.RunConfig], None]) -> Callable
     return wrapper
 
 
-def run_algorithm(config: run_config.RunConfig) -> dict[str, Any]:
-    """Run the configured algorithm into a run directory; shared by train and shepherd."""
+def run_algorithm(config: run_config.RunConfig, local_workers: bool) -> dict[str, Any]:
+    """Run the configured algorithm into a run directory; shared by train and shepherd.
+
+    With `local_workers`, a distributed algorithm starts its own workers on this machine.
+    """
     from pcp_core.algorithms import RunContext
     from pcp_core.metrics import MetricsLog, new_run_dir, write_json
     from pcp_core.progress import RichProgress
@@ -127,7 +137,12 @@ def run_algorithm(config: run_config.RunConfig) -> dict[str, Any]:
     metrics = MetricsLog(run_dir / "metrics.jsonl")
     with RichProgress() as progress:
         ctx = RunContext(
-            config=config, run_dir=run_dir, metrics=metrics, plugins=host, progress=progress
+            config=config,
+            run_dir=run_dir,
+            metrics=metrics,
+            plugins=host,
+            progress=progress,
+            local_workers=local_workers,
         )
         try:
             summary = algorithm.run(ctx)
@@ -176,7 +191,83 @@ def train(config: run_config.RunConfig) -> None:
     Writes metrics.jsonl, summary.json, config.toml and checkpoint.safetensors to the run
     directory (--out).
     """
-    run_or_explain(lambda: report(run_algorithm(config)))
+    run_or_explain(lambda: report(run_algorithm(config, local_workers=True)))
+
+
+def shepherd(config: run_config.RunConfig) -> None:
+    """Coordinate a distributed run: wait for --workers to join, then drive the rounds.
+
+    Start workers elsewhere with `pcp worker --connect HOST:PORT --backend NAME`. Listening
+    beyond loopback needs a shared secret (--token-file or PCP_TOKEN).
+    """
+
+    def body() -> None:
+        if plugins.host().algorithm(config.algorithm).worker_round is None:
+            fail(f"algorithm {config.algorithm!r} is not distributed; use --algorithm diloco")
+        report(run_algorithm(config, local_workers=False))
+
+    run_or_explain(body)
+
+
+app.command("shepherd")(with_run_config(shepherd, defaults={"algorithm": "diloco"}))
+
+
+@app.command()
+def worker(
+    connect: str = typer.Option(..., "--connect", help="The shepherd's HOST:PORT."),
+    backend: str = typer.Option("cpu", "--backend", help="Hardware backend to run on."),
+    target: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--target", help="Device architecture (default: detect)."
+    ),
+    device: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--device", help="Device index (default: first)."
+    ),
+    token_file: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--token-file", help="File holding the shared secret (else $PCP_TOKEN)."
+    ),
+    transport: str = typer.Option("capnp-tcp", "--transport", help="Transport to the shepherd."),
+    tls_ca: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--tls-ca", help="CA (PEM) to verify the shepherd's TLS certificate; enables TLS."
+    ),
+    restarts: int = typer.Option(
+        5, "--restarts", help="Restart after a crash this many times (with backoff); 0: never."
+    ),
+) -> None:
+    """Join a shepherd and train on this machine's device until told to stop."""
+    from pcp_core import worker as worker_runtime
+    from pcp_core.transport import TransportError, TransportOptions
+
+    host, _, port = connect.rpartition(":")
+    if not host or not port.isdigit():
+        fail(f"--connect must be HOST:PORT, got {connect!r}")
+    if restarts > 0:
+        from pcp_core.supervisor import Supervisor
+
+        command = [sys.executable, "-m", "pcp_core", *sys.argv[1:], "--restarts", "0"]
+        raise typer.Exit(Supervisor(command, max_restarts=restarts).run())
+
+    def body() -> None:
+        from pcp_core.auth import AuthError, load_secret
+
+        try:
+            options = worker_runtime.WorkerOptions(
+                host=host.strip("[]"),
+                port=int(port),
+                backend=backend,
+                target=target,
+                device=device,
+                secret=load_secret(token_file),
+                transport=transport,
+                transport_options=TransportOptions(tls_ca=tls_ca),
+            )
+            worker_runtime.run_worker(options, plugins.host())
+        except (worker_runtime.JoinRefused, AuthError) as error:
+            typer.secho(f"error: refused: {error}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(worker_runtime.EXIT_REFUSED) from None
+        except TransportError as error:
+            fail(f"lost the shepherd: {error}", code=1)
+
+    run_or_explain(body)
 
 
 @app.command("plugins")

@@ -59,6 +59,13 @@ class RunConfig:
     outer_lr: float = _opt(0.7, "DiLoCo: outer learning rate.")
     outer_momentum: float = _opt(0.9, "DiLoCo: outer Nesterov momentum.")
     transport: str = _opt("capnp-tcp", "DiLoCo: transport between shepherd and workers.")
+    host: str = _opt("127.0.0.1", "Shepherd: address to listen on.")
+    port: int | None = _opt(None, "Shepherd: TCP port (default 7433; any free one for train).")
+    join_timeout: float = _opt(600.0, "Shepherd: seconds to wait for the workers to join.")
+    token_file: Path | None = _opt(None, "File holding the shared secret (else $PCP_TOKEN).")
+    tls_cert: Path | None = _opt(None, "TLS certificate (PEM) the shepherd presents.")
+    tls_key: Path | None = _opt(None, "TLS private key (PEM) for --tls-cert.")
+    tls_ca: Path | None = _opt(None, "CA (PEM) local workers use to verify --tls-cert.")
 
     def model_overrides(self) -> dict[str, int | None]:
         return {k: getattr(self, k) for k in ("n_layer", "n_head", "n_embd", "block_size")}
@@ -76,6 +83,8 @@ class RunConfig:
         for name in ("lr", "min_lr", "weight_decay", "eps", "grad_clip", "outer_lr"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.port is not None and not 0 <= self.port < 65536:
+            raise ConfigError(f"port must be in 0..65535, got {self.port}")
         if self.warmup_steps < 0 or self.eval_every < 0:
             raise ConfigError("warmup_steps and eval_every must not be negative")
         if self.steps % self.steps_per_call:
@@ -128,9 +137,12 @@ def load_toml(path: Path) -> dict[str, Any]:
     return settings
 
 
-def resolve(config_file: Path | None, flags: dict[str, Any]) -> RunConfig:
-    """Defaults, then the TOML file, then the flags that were given (not None)."""
-    settings = load_toml(config_file) if config_file else {}
+def resolve(
+    config_file: Path | None, flags: dict[str, Any], defaults: dict[str, Any] | None = None
+) -> RunConfig:
+    """Defaults, then the command's defaults, the TOML file, the flags given (not None)."""
+    settings = dict(defaults or {})
+    settings.update(load_toml(config_file) if config_file else {})
     settings.update({k: _coerce(k, v) for k, v in flags.items() if v is not None})
     return RunConfig(**settings).validate()
 

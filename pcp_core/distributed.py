@@ -1,0 +1,106 @@
+"""What every distributed algorithm's shepherd side shares: the secret policy, the
+listener, and the local workers of the one-command form (`pcp train --workers N`)."""
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import structlog
+
+from pcp_core import auth
+from pcp_core.algorithms import RunContext
+from pcp_core.config import ConfigError, RunConfig
+from pcp_core.shepherd import Shepherd
+from pcp_core.supervisor import LocalWorkers
+from pcp_core.training import TrainingSetup
+from pcp_core.transport import TransportOptions
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_PORT = 7433
+
+
+def listener_options(config: RunConfig) -> TransportOptions:
+    """Server-side TLS only: workers prove who they are with the shared secret."""
+    if (config.tls_cert is None) != (config.tls_key is None):
+        raise ConfigError("TLS needs both --tls-cert and --tls-key")
+    return TransportOptions(tls_cert=config.tls_cert, tls_key=config.tls_key)
+
+
+def shepherd_secret(ctx: RunContext) -> bytes:
+    """The configured secret; else a fresh one for loopback runs, written to the run dir.
+
+    A shepherd never listens beyond loopback without a configured secret.
+    """
+    secret = auth.load_secret(ctx.config.token_file)
+    if secret is not None:
+        return secret
+    if not auth.is_loopback(ctx.config.host):
+        raise auth.AuthError(
+            f"refusing to listen on {ctx.config.host} without a shared secret: "
+            "pass --token-file FILE or set PCP_TOKEN"
+        )
+    secret = auth.generate_secret()
+    token_path = ctx.run_dir / "token"
+    token_path.touch(mode=0o600)
+    token_path.write_bytes(secret)
+    if not ctx.local_workers:
+        log.info("generated a shared secret for loopback workers", token_file=str(token_path))
+    return secret
+
+
+def worker_command(config: RunConfig, address: tuple[str, int]) -> list[str]:
+    command = [
+        sys.executable,
+        "-m",
+        "pcp_core",
+        "worker",
+        "--connect",
+        f"{address[0]}:{address[1]}",
+        "--backend",
+        config.backend,
+        "--transport",
+        config.transport,
+        "--restarts",
+        "0",
+    ]
+    if config.target:
+        command += ["--target", config.target]
+    if config.tls_ca:
+        command += ["--tls-ca", str(config.tls_ca)]
+    return command
+
+
+@contextlib.contextmanager
+def shepherd(ctx: RunContext, setup: TrainingSetup, algorithm: str) -> Iterator[Shepherd]:
+    """A listening shepherd (plus local workers in the one-command form), closed on exit."""
+    config = ctx.config
+    secret = shepherd_secret(ctx)
+    port = config.port if config.port is not None else (0 if ctx.local_workers else DEFAULT_PORT)
+    transport = ctx.plugins.transport(config.transport)
+    listener = transport.listen(config.host, port, listener_options(config))
+    node = Shepherd(
+        setup=setup, listener=listener, secret=secret, plugins=ctx.plugins, algorithm=algorithm
+    )
+    node.start()
+    log.info(
+        "shepherd listening",
+        address=f"{listener.address[0]}:{listener.address[1]}",
+        transport=config.transport,
+        waiting_for=config.workers,
+    )
+    workers: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if ctx.local_workers:
+        env = {**os.environ, auth.TOKEN_ENV: secret.decode()}
+        commands = [worker_command(config, listener.address) for _ in range(config.workers)]
+        workers = LocalWorkers(commands, env, Path(ctx.run_dir))
+    try:
+        with workers:
+            try:
+                yield node
+            finally:
+                node.close()
+    finally:
+        listener.close()

@@ -1,0 +1,122 @@
+"""The supervisor: a light parent that restarts its worker process after a crash.
+
+Restarts back off exponentially (1 s, 2 s, 4 s … up to 30 s). A clean exit (0), a
+refusal (the worker's exit code 3: retrying cannot fix a wrong secret or version)
+or Ctrl-C ends supervision.
+"""
+
+import contextlib
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import structlog
+
+from pcp_core.worker import EXIT_REFUSED
+
+log = structlog.get_logger(__name__)
+
+FINAL_EXIT_CODES = {0, EXIT_REFUSED, 130}
+
+
+class Supervisor:
+    """Runs `command` and restarts it after a crash, up to `max_restarts` times."""
+
+    def __init__(
+        self,
+        command: Sequence[str],
+        env: dict[str, str] | None = None,
+        log_path: Path | None = None,
+        max_restarts: int = 5,
+        backoff_s: float = 1.0,
+        max_backoff_s: float = 30.0,
+    ) -> None:
+        self.command = list(command)
+        self.env = env
+        self.log_path = log_path
+        self.max_restarts = max_restarts
+        self.backoff_s = backoff_s
+        self.max_backoff_s = max_backoff_s
+        self.restarts = 0
+        self.process: subprocess.Popen[bytes] | None = None
+        self._stopping = threading.Event()
+        self._lock = threading.Lock()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        output = self.log_path.open("ab") if self.log_path else None
+        try:
+            return subprocess.Popen(
+                self.command,
+                env=self.env,
+                stdout=output,
+                stderr=subprocess.STDOUT if output else None,
+            )
+        finally:
+            if output:
+                output.close()
+
+    def run(self) -> int:
+        """Supervise until a final exit; returns the worker's last exit code."""
+        delay = self.backoff_s
+        while True:
+            with self._lock:
+                if self._stopping.is_set():
+                    return 130
+                self.process = self._spawn()
+            code = self.process.wait()
+            if code in FINAL_EXIT_CODES or self._stopping.is_set():
+                return code
+            if self.restarts >= self.max_restarts:
+                log.error("worker keeps crashing; giving up", code=code, restarts=self.restarts)
+                return code
+            self.restarts += 1
+            log.warning("worker crashed; restarting", code=code, restart=self.restarts, in_s=delay)
+            if self._stopping.wait(delay):
+                return 130
+            delay = min(delay * 2, self.max_backoff_s)
+
+    def start(self) -> threading.Thread:
+        thread = threading.Thread(target=self.run, name="pcp-supervisor", daemon=True)
+        thread.start()
+        return thread
+
+    def stop(self, grace_s: float = 5.0) -> None:
+        """Stop supervising and end the worker: SIGTERM, then SIGKILL after `grace_s`."""
+        with self._lock:
+            self._stopping.set()
+            process = self.process
+        if process is None or process.poll() is not None:
+            return
+        process.terminate()
+        try:
+            process.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+class LocalWorkers:
+    """N supervised worker processes on this machine, all ended on exit (Ctrl-C too)."""
+
+    def __init__(self, commands: list[list[str]], env: dict[str, str], log_dir: Path) -> None:
+        self.supervisors = [
+            Supervisor(cmd, env=env, log_path=log_dir / f"worker-{i}.log")
+            for i, cmd in enumerate(commands)
+        ]
+
+    def __enter__(self) -> "LocalWorkers":
+        for supervisor in self.supervisors:
+            supervisor.start()
+        return self
+
+    def __exit__(self, error_type: type[BaseException] | None, *rest: object) -> None:
+        deadline = time.monotonic() + (10.0 if error_type is None else 0.0)
+        for supervisor in self.supervisors:
+            process = supervisor.process
+            if error_type is None and process is not None and process.poll() is None:
+                # workers told to stop exit by themselves; give them a moment
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(max(deadline - time.monotonic(), 0.1))
+            supervisor.stop()

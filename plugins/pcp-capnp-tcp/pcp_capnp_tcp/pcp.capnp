@@ -1,0 +1,88 @@
+# The header of one PCP frame. A frame on the wire is
+#   prefix (magic "PCPc", header length u32, payload length u64; little-endian)
+#   this Frame, in Cap'n Proto's standard (unpacked) serialization
+#   the payload: each tensor's raw little-endian bytes, in the order of `tensors`.
+# Tensors never live in a Data field here: Data fields are capped at 512 MiB, and
+# building them costs a copy the raw payload avoids.
+#
+# One struct per message of pcp_core.messages, fields in lowerCamelCase of the
+# dataclass fields (the `tensors` field of a message travels as `Frame.tensors`).
+
+@0xac6be0cad215048d;
+
+struct Frame {
+  version @0 :UInt32;  # pcp_core.messages.PROTOCOL_VERSION
+  message :union {
+    hello @1 :Hello;
+    challenge @2 :Challenge;
+    proof @3 :Proof;
+    welcome @4 :Welcome;
+    reject @5 :Reject;
+    setup @6 :Setup;
+    assignment @7 :Assignment;
+    result @8 :Result;
+    stop @9 :Stop;
+    failure @10 :Failure;
+  }
+  tensors @11 :List(TensorHeader);
+}
+
+struct TensorHeader {
+  name @0 :Text;
+  dtype @1 :Text;  # numpy dtype name ("float32", "bfloat16", ...); bytes are little-endian
+  shape @2 :List(UInt64);
+  nbytes @3 :UInt64;
+}
+
+struct Hello {
+  workerName @0 :Text;
+  backend @1 :Text;
+  arch @2 :Text;
+  ireeRuntimeVersion @3 :Text;
+  device @4 :Text;
+}
+
+struct Challenge {
+  nonce @0 :Data;
+}
+
+struct Proof {
+  mac @0 :Data;
+  nonce @1 :Data;
+}
+
+struct Welcome {
+  workerIndex @0 :UInt32;
+  mac @1 :Data;
+}
+
+struct Reject {
+  reason @0 :Text;
+}
+
+struct Setup {
+  vmfbSha256 @0 :Text;
+  settingsJson @1 :Text;
+}
+
+struct Assignment {
+  round @0 :UInt64;
+  innerSteps @1 :UInt32;
+  shardIndex @2 :UInt32;
+  shardCount @3 :UInt32;
+  seed @4 :Int64;
+}
+
+struct Result {
+  round @0 :UInt64;
+  losses @1 :List(Float64);
+  computeS @2 :Float64;
+}
+
+struct Stop {
+  reason @0 :Text;
+}
+
+struct Failure {
+  reason @0 :Text;
+}

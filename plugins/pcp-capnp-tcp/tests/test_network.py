@@ -1,0 +1,107 @@
+"""Listening, connecting (with retries), accept timeouts and TLS."""
+
+import socket
+import threading
+import time
+
+import numpy as np
+import pytest
+from pcp_capnp_tcp import connect, listen
+
+from pcp_core.messages import Assignment, Stop, Tensor
+from pcp_core.transport import TransportError, TransportOptions
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_listener_reports_real_port_and_accept_times_out() -> None:
+    listener = listen("127.0.0.1", 0, TransportOptions())
+    assert listener.address[0] == "127.0.0.1" and listener.address[1] > 0
+    with pytest.raises(TimeoutError):
+        listener.accept(timeout_s=0.05)
+    listener.close()
+
+
+def test_connect_retries_until_the_listener_is_up(transfer) -> None:
+    port = free_port()
+    started: list = []
+
+    def listen_later() -> None:
+        time.sleep(0.5)
+        started.append(listen("127.0.0.1", port, TransportOptions()))
+
+    thread = threading.Thread(target=listen_later)
+    thread.start()
+    client = connect("127.0.0.1", port, TransportOptions())
+    thread.join()
+    server = started[0].accept(10)
+    assert transfer(client, server, Stop())[0] == Stop()
+    for thing in (client, server, started[0]):
+        thing.close()
+
+
+def test_connect_gives_up_after_retrying() -> None:
+    start = time.monotonic()
+    with pytest.raises(TransportError, match="could not connect"):
+        connect("127.0.0.1", free_port(), TransportOptions(), retry_s=0.3)
+    assert time.monotonic() - start < 2
+
+
+def mutual_tls(folder, cert: str) -> TransportOptions:
+    """Options that present `cert` and trust only certificate `a`."""
+    return TransportOptions(
+        timeout_s=10,
+        tls_cert=folder / f"{cert}.pem",
+        tls_key=folder / f"{cert}.key",
+        tls_ca=folder / "a.pem",
+    )
+
+
+def test_tls_round_trip(open_pair, transfer, tls_dir) -> None:
+    _, server, client = open_pair(mutual_tls(tls_dir, "a"), mutual_tls(tls_dir, "a"))
+    params = [Tensor("w", np.arange(300_000, dtype=np.float32)), Tensor("s", np.array(2))]
+    received, _ = transfer(server, client, Assignment(4, 10, 0, 2, 99, params))
+    np.testing.assert_array_equal(received.tensors[0].array, params[0].array)
+    assert received.round == 4 and received.tensors[1].array == 2
+    assert transfer(client, server, Stop())[0] == Stop()
+    assert (server.bytes_sent, client.bytes_sent) == (client.bytes_received, server.bytes_received)
+
+
+def accept_failing(listener) -> tuple[threading.Thread, list[Exception]]:
+    """Accepts one connection in a thread, collecting the error it is expected to fail with."""
+    errors: list[Exception] = []
+
+    def accept() -> None:
+        try:
+            listener.accept(10).receive()
+        except TransportError as error:
+            errors.append(error)
+
+    thread = threading.Thread(target=accept)
+    thread.start()
+    return thread, errors
+
+
+def test_tls_client_rejects_an_untrusted_listener(tls_dir) -> None:
+    listener = listen("127.0.0.1", 0, mutual_tls(tls_dir, "b"))
+    thread, errors = accept_failing(listener)
+    with pytest.raises(TransportError, match=r"TLS handshake with .* failed"):
+        connect(*listener.address, mutual_tls(tls_dir, "a"))
+    thread.join()
+    assert errors
+    listener.close()
+
+
+def test_tls_listener_requires_a_client_certificate(tls_dir) -> None:
+    listener = listen("127.0.0.1", 0, mutual_tls(tls_dir, "a"))
+    thread, errors = accept_failing(listener)
+    without_cert = TransportOptions(timeout_s=10, tls_ca=tls_dir / "a.pem")
+    with pytest.raises(TransportError):
+        connect(*listener.address, without_cert).receive()  # TLS 1.3 may report it on first use
+    thread.join()
+    assert "TLS handshake" in str(errors[0])
+    listener.close()

@@ -1,0 +1,31 @@
+"""DiLoCo for PCP (Douillard et al., 2023): workers run H inner steps from the global
+parameters; the shepherd averages their pseudo-gradients θ_global − θ_local and applies
+the outer optimizer (Nesterov momentum by default)."""
+
+from pcp_core import hookimpl
+from pcp_core.algorithms import Algorithm
+
+
+def _run(ctx):
+    from pcp_diloco.shepherd_side import run
+
+    return run(ctx)
+
+
+def _worker_round(session, assignment):
+    from pcp_diloco.worker_side import worker_round
+
+    return worker_round(session, assignment)
+
+
+DILOCO = Algorithm(
+    name="diloco",
+    run=_run,
+    worker_round=_worker_round,
+    description="DiLoCo: H local steps per round, outer Nesterov step on the shepherd",
+)
+
+
+@hookimpl
+def pcp_register_algorithms(register) -> None:
+    register(DILOCO)

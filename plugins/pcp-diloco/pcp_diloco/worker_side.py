@@ -1,0 +1,24 @@
+"""A DiLoCo round on a worker: H inner steps from the global params, return the change."""
+
+import time
+
+from pcp_core.messages import Assignment, Result, Tensor
+from pcp_core.worker import WorkerSession
+
+
+def worker_round(session: WorkerSession, assignment: Assignment) -> Result:
+    global_params = [t.array for t in assignment.tensors]
+    executor = session.executor
+    executor.set_params(global_params)  # the inner optimizer state stays as it was
+    steps_per_call = session.settings["steps_per_call"]
+    started = time.perf_counter()
+    losses: list[float] = []
+    for call in range(assignment.inner_steps // steps_per_call):
+        losses.extend(float(v) for v in executor.run(*session.batches(assignment, call)))
+    local_params = executor.params()
+    compute_s = time.perf_counter() - started
+    pseudo_gradient = [
+        Tensor(spec.name, g - local)
+        for spec, g, local in zip(executor.param_specs, global_params, local_params, strict=True)
+    ]
+    return Result(assignment.round, losses, compute_s, pseudo_gradient)

@@ -1,0 +1,45 @@
+"""Nesterov-momentum SGD over the averaged pseudo-gradient, in float32 on the shepherd.
+
+For the pseudo-gradient Δ: b ← μ·b + Δ; θ ← θ − η·(Δ + μ·b), exactly what
+`torch.optim.SGD(lr=η, momentum=μ, nesterov=True)` does with Δ as the gradient
+(first step: b = Δ). Updates happen in place so the shepherd holds no extra copies.
+"""
+
+import numpy as np
+
+from pcp_core import hookimpl
+from pcp_core.optimizers import OuterOptimizer, OuterSettings
+
+
+class NesterovStep:
+    def __init__(self, settings: OuterSettings, params: list[np.ndarray]) -> None:
+        self.lr = np.float32(settings.lr)
+        self.momentum = np.float32(settings.momentum)
+        self.buffers = [np.zeros_like(p, dtype=np.float32) for p in params]
+
+    def __call__(self, params: list[np.ndarray], delta: list[np.ndarray]) -> None:
+        for theta, d, b in zip(params, delta, self.buffers, strict=True):
+            b *= self.momentum
+            b += d
+            # θ −= η·(Δ + μ·b), without a temporary the size of the model
+            theta -= self.lr * d
+            theta -= (self.lr * self.momentum) * b
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {f"momentum.{i}": b for i, b in enumerate(self.buffers)}
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        for i, b in enumerate(self.buffers):
+            b[...] = state[f"momentum.{i}"]
+
+
+NESTEROV = OuterOptimizer(
+    name="nesterov",
+    create=NesterovStep,
+    description="Nesterov momentum SGD (DiLoCo outer step)",
+)
+
+
+@hookimpl
+def pcp_register_optimizers(register) -> None:
+    register(NESTEROV)
