@@ -69,49 +69,56 @@ def configure_logging(verbose: bool) -> None:
     )
 
 
+def _option(name: str, annotation: Any, option: Any) -> inspect.Parameter:
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=option
+    )
+
+
 def with_run_config(
-    command: Callable[[run_config.RunConfig], None], defaults: dict[str, Any] | None = None
+    command: Callable[..., None],
+    defaults: dict[str, Any] | None = None,
+    extra: list[inspect.Parameter] | None = None,
 ) -> Callable[..., None]:
     """Give `command` one option per RunConfig field plus `--config FILE.toml`.
 
     `defaults` replace the dataclass defaults for this command (the TOML file and flags
-    still win over them).
+    still win over them); `extra` options are passed to `command` as keyword arguments.
     """
     defaults = defaults or {}
+    extra = extra or []
     parameters = [
-        inspect.Parameter(
+        *extra,
+        _option(
             "config_file",
-            inspect.Parameter.KEYWORD_ONLY,
-            annotation=Optional[Path],  # noqa: UP045
-            default=typer.Option(None, "--config", help="TOML file of settings; flags win."),
-        )
+            Optional[Path],  # noqa: UP045
+            typer.Option(None, "--config", help="TOML file of settings; flags win."),
+        ),
     ]
     for field in dataclasses.fields(run_config.RunConfig):
         base = next(
             t for t in getattr(field.type, "__args__", (field.type,)) if t is not type(None)
         )
-        default = "" if field.default is None else f" [default: {field.default}]"
+        shown = defaults.get(field.name, field.default)
+        default = "" if shown is None else f" [default: {shown}]"
+        flag = "--" + field.name.replace("_", "-")
+        help_text = field.metadata["help"] + default
         parameters.append(
-            inspect.Parameter(
+            _option(
                 field.name,
-                inspect.Parameter.KEYWORD_ONLY,
-                annotation=Optional[base],  # noqa: UP045
-                default=typer.Option(
-                    None,
-                    "--" + field.name.replace("_", "-"),
-                    help=field.metadata["help"] + default,
-                    show_default=False,
-                ),
+                Optional[base],  # noqa: UP045
+                typer.Option(None, flag, help=help_text, show_default=False),
             )
         )
 
     def wrapper(**kwargs: Any) -> None:
         config_file = kwargs.pop("config_file")
+        extra_values = {p.name: kwargs.pop(p.name) for p in extra}
         try:
             resolved = run_config.resolve(config_file, kwargs, defaults)
         except run_config.ConfigError as error:
             fail(str(error))
-        command(resolved)
+        command(resolved, **extra_values)
 
     wrapper.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
     wrapper.__name__ = command.__name__
@@ -210,6 +217,68 @@ def shepherd(config: run_config.RunConfig) -> None:
 
 
 app.command("shepherd")(with_run_config(shepherd, defaults={"algorithm": "diloco"}))
+
+
+def compile_vmfb(config: run_config.RunConfig, output: Path) -> None:
+    """Compile the training program for a backend, without needing its hardware.
+
+    Useful to check a target from a build machine: `pcp compile --backend rocm
+    --target gfx942 -o train.vmfb`. The program is the one `pcp train` would run with
+    the same settings (model size, batch, steps per call, optimizer, data).
+    """
+
+    def body() -> None:
+        from pcp_core.compiler import compile_program
+        from pcp_core.training import prepare, resolve_backend
+
+        host = plugins.host()
+        backend, arch = resolve_backend(config, host)
+        setup = prepare(config, host)
+        compiled = compile_program(setup.program.stablehlo, backend, arch)
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_bytes(compiled.vmfb)
+        typer.echo(
+            f"{output}: {len(compiled.vmfb):,} bytes for {backend.name} ({arch}), "
+            f"sha256 {compiled.sha256[:16]}…"
+        )
+
+    run_or_explain(body)
+
+
+OUTPUT_OPTION = _option(
+    "output", Path, typer.Option(..., "--output", "-o", help="Where to write the VMFB.")
+)
+app.command("compile")(with_run_config(compile_vmfb, extra=[OUTPUT_OPTION]))
+
+
+@app.command()
+def devices(
+    as_json: bool = typer.Option(False, "--json", help="Print the device table as JSON."),
+) -> None:
+    """For every installed backend: is its runtime driver present, which devices it sees,
+    and the architecture PCP would compile for."""
+    from pcp_core.executor import describe_devices
+
+    rows = [describe_devices(backend) for backend in plugins.host().registries["backend"].values()]
+    if as_json:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="PCP devices")
+    for column in ("backend", "driver", "available", "devices", "arch", "note"):
+        table.add_column(column)
+    for r in rows:
+        table.add_row(
+            r["backend"],
+            r["driver"],
+            "yes" if r["available"] else "no",
+            "\n".join(r["devices"]),
+            r["arch"],
+            r["note"],
+        )
+    Console().print(table)
 
 
 @app.command()

@@ -40,6 +40,33 @@ def open_device(driver: str, device_index: int | None = None) -> Any:
         raise DeviceError(f"cannot open {driver!r} device {index}: {error}") from None
 
 
+def describe_devices(backend: Any) -> dict[str, Any]:
+    """What `pcp devices` shows for one backend: driver presence, devices, architecture."""
+    import iree.runtime as rt
+
+    row: dict[str, Any] = {
+        "backend": backend.name,
+        "driver": backend.driver,
+        "available": False,
+        "devices": [],
+        "arch": "",
+        "note": "",
+    }
+    try:
+        found = rt.get_driver(backend.driver).query_available_devices()
+    except (RuntimeError, ValueError) as error:
+        row["note"] = str(error).splitlines()[0][:120]
+        found = []
+    row["devices"] = [
+        f"{i}: {d.get('name') or d.get('path') or 'device'}" for i, d in enumerate(found)
+    ]
+    row["available"] = bool(found)
+    row["arch"] = backend.resolve_arch()
+    if not found and not row["note"]:
+        row["note"] = "driver loaded but sees no device"
+    return row
+
+
 def to_host(array: Any) -> np.ndarray:
     """A host copy of a device array (a copy, since mapped memory may be reused)."""
     return np.array(array.to_host(), copy=True)
