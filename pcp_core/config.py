@@ -87,10 +87,6 @@ class RunConfig:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
         if self.warmup_steps < 0 or self.eval_every < 0:
             raise ConfigError("warmup_steps and eval_every must not be negative")
-        if self.steps % self.steps_per_call:
-            raise ConfigError(
-                f"steps ({self.steps}) must be a multiple of steps_per_call ({self.steps_per_call})"
-            )
         if self.data is not None and not Path(self.data).is_file():
             raise ConfigError(f"data file not found: {self.data}")
         return self

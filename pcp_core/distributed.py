@@ -98,9 +98,17 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, algorithm: str) -> Iterator[
         workers = LocalWorkers(commands, env, Path(ctx.run_dir))
     try:
         with workers:
+            reason = "interrupted"
             try:
                 yield node
+                reason = "done"
+            except KeyboardInterrupt:
+                reason = "interrupted (Ctrl-C on the shepherd)"
+                raise
+            except BaseException as error:
+                reason = f"the shepherd failed: {type(error).__name__}: {error}"
+                raise
             finally:
-                node.close()
+                node.close(reason)
     finally:
         listener.close()

@@ -12,7 +12,7 @@ import structlog
 from pcp_core import checkpoint
 from pcp_core.algorithms import Algorithm, RunContext
 from pcp_core.compiler import compile_program
-from pcp_core.config import to_dict
+from pcp_core.config import ConfigError, to_dict
 from pcp_core.executor import IreeExecutor
 from pcp_core.training import TrainingSetup, prepare, resolve_backend
 
@@ -38,6 +38,10 @@ def save_checkpoint(
 
 def run_local(ctx: RunContext) -> dict[str, Any]:
     config = ctx.config
+    if config.steps % config.steps_per_call:
+        raise ConfigError(
+            f"steps ({config.steps}) must be a multiple of steps_per_call ({config.steps_per_call})"
+        )
     backend, arch = resolve_backend(config, ctx.plugins)
     setup = prepare(config, ctx.plugins)
     program = setup.program

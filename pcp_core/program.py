@@ -44,6 +44,20 @@ class TrainProgram:
     eval_loss: Callable[[list[np.ndarray], np.ndarray, np.ndarray], float]
 
 
+def without_locations(stablehlo: str) -> str:
+    """The module re-printed without debug locations.
+
+    JAX records the caller's file and line for every op; left in, they would make the
+    compile-cache key (and so every cached VMFB) depend on where the program was
+    built from rather than on what it computes.
+    """
+    from jax.interpreters import mlir
+
+    with mlir.make_ir_context():
+        module = mlir.ir.Module.parse(stablehlo)
+        return module.operation.get_asm(enable_debug_info=False)
+
+
 def specs_of(named: Mapping[str, Any]) -> list[TensorSpec]:
     return [
         TensorSpec(n, tuple(int(d) for d in a.shape), np.dtype(a.dtype).name)
@@ -115,7 +129,7 @@ def build_train_program(
         return jnp.mean(jax.lax.map(lambda b: loss_of(params, *b), (inputs, targets)))
 
     return TrainProgram(
-        stablehlo=exported.mlir_module(),
+        stablehlo=without_locations(exported.mlir_module()),
         module_name="jit_train_step",
         param_specs=param_specs,
         opt_specs=opt_specs,

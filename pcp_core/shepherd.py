@@ -111,6 +111,7 @@ class Shepherd:
     _index_lock: threading.Lock = field(default_factory=threading.Lock)
     _reserved: set[int] = field(default_factory=set)
     _closing: threading.Event = field(default_factory=threading.Event)
+    _stop_reason: str = "done"
     setup_bytes: int = 0
 
     # -- admission ------------------------------------------------------------------------
@@ -136,6 +137,8 @@ class Shepherd:
             link = self._handshake(conn)
             if link is not None:
                 self._joined.put(link)
+                if self._closing.is_set():  # joined while closing: close() may have missed it
+                    self._stop_joined()
         except (TransportError, OSError, TimeoutError) as error:
             log.warning("join failed", peer=conn.peer, error=str(error))
             conn.close()
@@ -315,11 +318,25 @@ class Shepherd:
         self._release_index(link.index)
 
     def close(self, reason: str = "done") -> None:
-        """Tell every worker to stop, then close all connections and the listener."""
+        """Tell every worker to stop, those that joined too late for a round included,
+        then close all connections and the listener."""
+        self._stop_reason = reason
         self._closing.set()
         for link in list(self.links.values()):
-            with contextlib.suppress(TransportError, OSError):
-                link.conn.send(Stop(reason))
-            link.conn.close()
+            self._stop(link)
         self.links.clear()
+        self._stop_joined()
         self.listener.close()
+
+    def _stop_joined(self) -> None:
+        """Stop the workers that joined but were not taken into a round yet."""
+        while True:
+            try:
+                self._stop(self._joined.get_nowait())
+            except queue.Empty:
+                return
+
+    def _stop(self, link: WorkerLink) -> None:
+        with contextlib.suppress(TransportError, OSError):
+            link.conn.send(Stop(self._stop_reason))
+        link.conn.close()

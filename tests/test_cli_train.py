@@ -46,6 +46,7 @@ def test_config_file_and_flags(tmp_path: Path) -> None:
         (["--block-size", "100000"], "block size 100000 is too big"),
         (["--steps", "-3"], "steps must be positive"),
         (["--n-embd", "30", "--n-head", "4"], "divisible by n_head"),
+        (["--steps", "15", "--steps-per-call", "10"], "multiple of steps_per_call"),
     ],
 )
 def test_bad_input_is_one_line(args: list[str], message: str) -> None:

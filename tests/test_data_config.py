@@ -68,8 +68,6 @@ def test_config_precedence_and_errors(tmp_path: Path) -> None:
         run_config.resolve(toml, {})
     with pytest.raises(run_config.ConfigError, match="steps must be positive"):
         run_config.resolve(None, {"steps": -5})
-    with pytest.raises(run_config.ConfigError, match="multiple of steps_per_call"):
-        run_config.resolve(None, {"steps": 15, "steps_per_call": 10})
     toml.write_text('steps = "many"\n')
     with pytest.raises(run_config.ConfigError, match="steps: expected"):
         run_config.resolve(toml, {})

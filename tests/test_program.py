@@ -88,3 +88,10 @@ def test_compile_cache_hit(program, tmp_path, monkeypatch) -> None:
     assert not any(e["event"] == "compiled" for e in second_logs)
     other_arch = compile_program(prog.stablehlo, pcp_cpu.CPU, "x86-64-v2")
     assert not other_arch.cache_hit  # the key covers the flags
+
+
+def test_program_text_has_no_call_site_locations(program) -> None:
+    """The cache key must not depend on which file and line built the program."""
+    _, prog = program
+    assert "loc(" not in prog.stablehlo and ".py" not in prog.stablehlo
+    assert prog.stablehlo.startswith("module @jit_train_step")

@@ -1,0 +1,119 @@
+"""Processes come and go: Ctrl-C ends a whole one-command run, a killed worker comes back,
+a worker that joins too late is still stopped."""
+
+import os
+import signal
+import socket
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DILOCO = ("train", "--algorithm", "diloco", "--backend", "cpu", "--workers", "2")
+
+
+def start_run(e2e: Any, tiny: tuple[str, ...], out: Path, steps: int) -> tuple[Any, str]:
+    """Start a one-command run in its own session; return it and the shepherd's address
+    once the first round is done."""
+    run = e2e.pcp(
+        "train",
+        *DILOCO,
+        *("--steps", str(steps), "--inner-steps", "10", "--eval-every", "0", "--out", str(out)),
+        *tiny,
+        start_new_session=True,  # its own process group, as a shell gives a foreground job
+    )
+    e2e.wait_for(lambda: e2e.metrics(out) or run.process.poll() is not None, 180, "the first round")
+    assert run.process.poll() is None, run.output()[-4000:]
+    port = e2e.listening_port(run)
+    assert port is not None, run.err()
+    address = f"127.0.0.1:{port}"
+    e2e.own(address)
+    return run, address
+
+
+def worker_pids(e2e: Any, address: str) -> list[int]:
+    return e2e.pids_with(f"pcp_core worker --connect {address}")
+
+
+@pytest.mark.parametrize("to", ["group", "parent"])
+def test_ctrl_c_ends_everything(e2e: Any, tiny: tuple[str, ...], tmp_path: Path, to: str) -> None:
+    """SIGINT to the process group (a terminal's Ctrl-C) or to `pcp train` alone: it exits
+    130 within seconds, takes its workers with it and frees its port."""
+    run, address = start_run(e2e, tiny, tmp_path / "run", steps=100_000)
+    assert len(worker_pids(e2e, address)) == 2
+    if to == "group":
+        os.killpg(run.pid, signal.SIGINT)
+    else:
+        os.kill(run.pid, signal.SIGINT)
+    try:
+        code = run.wait(20)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`pcp train` still running 20 s after SIGINT:\n{run.err()[-3000:]}")
+    assert code == 130, run.err()[-3000:]
+    assert "interrupted" in run.err()
+    assert e2e.pids_with(address) == [], "a worker outlived Ctrl-C"
+    host, port = address.split(":")
+    with socket.create_server((host, int(port))):  # a new shepherd could listen there
+        pass
+
+
+@pytest.mark.slow
+def test_killed_worker_is_restarted_and_rejoins(
+    e2e: Any, tiny: tuple[str, ...], tmp_path: Path
+) -> None:
+    """SIGKILL one worker mid-run: its supervisor restarts it, it joins again, the run ends."""
+    out = tmp_path / "run"
+    run, address = start_run(e2e, tiny, out, steps=4000)
+    pids = worker_pids(e2e, address)
+    assert len(pids) == 2
+    killed_after = len(e2e.metrics(out))
+    os.kill(pids[0], signal.SIGKILL)
+    try:
+        code = run.wait(300)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the run did not finish:\n{run.err()[-3000:]}")
+    assert code == 0, run.err()[-3000:]
+    assert e2e.pids_with(address) == []
+
+    records = e2e.metrics(out)
+    assert len(records) == 400
+    workers = [r["workers"] for r in records]
+    lost = workers.index(1, killed_after)  # the round that went on without it
+    assert 2 in workers[lost:], "the restarted worker never took part again"
+    assert "worker crashed; restarting" in run.err() and "code=-9" in run.err()
+    logs = [(out / f"worker-{i}.log").read_text() for i in range(2)]
+    assert sorted(log.count("joined") for log in logs) == [1, 2], logs
+    assert all(log.count("reason=done") == 1 for log in logs), logs
+
+
+def test_worker_joining_during_the_last_round_is_stopped(
+    e2e: Any, tiny: tuple[str, ...], token_file: Path, tmp_path: Path
+) -> None:
+    """A worker that joins too late to take part is still told to stop, and exits cleanly.
+
+    It joins while the only round runs or while the shepherd evaluates after it; if it
+    happens to join before the round starts, it takes part instead, and ends the same way.
+    """
+    port = e2e.free_port()
+    address = f"127.0.0.1:{port}"
+    e2e.own(address)
+    shepherd = e2e.pcp(
+        "shepherd",
+        "shepherd",
+        *("--backend", "cpu", "--workers", "1", "--port", str(port)),
+        *("--token-file", str(token_file), "--steps", "60", "--inner-steps", "60"),
+        *("--eval-every", "0", "--out", str(tmp_path / "run"), *tiny),
+    )
+    worker_args = ("worker", "--connect", address, "--token-file", str(token_file))
+    first = e2e.pcp("worker-0", *worker_args, "--restarts", "0")
+    e2e.wait_for(
+        lambda: "worker joined" in shepherd.err() or shepherd.process.poll() is not None,
+        120,
+        "the first worker to join",
+    )
+    late = e2e.pcp("worker-1", *worker_args, "--restarts", "0")
+    assert shepherd.wait(120) == 0, shepherd.output()[-4000:]
+    assert first.wait(30) == 0, first.output()
+    assert late.wait(30) == 0, late.output()
+    assert "stopping" in late.err() and "lost the shepherd" not in late.err()

@@ -1,0 +1,180 @@
+"""What a shepherd and a worker refuse: wrong secrets, malformed frames, a tampered program.
+
+The shepherd is a real `pcp shepherd`; the bad peers are a `pcp worker` with another
+secret and raw sockets. The worker is a real `pcp worker` facing a fake shepherd played
+by this test through the transport itself.
+"""
+
+import hashlib
+import json
+import socket
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from pcp_capnp_tcp import header, listen
+from pcp_capnp_tcp.connection import MAGIC, PREFIX
+
+from pcp_core import auth
+from pcp_core.messages import (
+    PROTOCOL_VERSION,
+    Challenge,
+    Failure,
+    Hello,
+    Proof,
+    Setup,
+    Tensor,
+    Welcome,
+)
+from pcp_core.transport import TransportOptions
+
+EXIT_REFUSED = 3
+
+
+def closed_by_peer(raw: socket.socket) -> bool:
+    """Whether the other end closed the connection (EOF or reset) without sending anything."""
+    try:
+        return raw.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def send_raw(address: tuple[str, int], data: bytes) -> socket.socket:
+    raw = socket.create_connection(address, timeout=30)
+    raw.sendall(data)
+    return raw
+
+
+def hello_frame(version: int, monkeypatch: pytest.MonkeyPatch) -> bytes:
+    """A well-formed Hello frame that claims protocol `version`."""
+    with monkeypatch.context() as patch:
+        patch.setattr(header, "PROTOCOL_VERSION", version)
+        encoded = header.encode(Hello("intruder", "cpu", "generic", "0"), [])
+    return PREFIX.pack(MAGIC, len(encoded), 0) + encoded
+
+
+def test_shepherd_rejects_bad_peers_then_runs(
+    e2e: Any,
+    tiny: tuple[str, ...],
+    token_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each bad peer is refused and cut off; good workers joining afterwards finish the run."""
+    port = e2e.free_port()
+    address = f"127.0.0.1:{port}"
+    e2e.own(address)
+    out = tmp_path / "run"
+    run = ("--steps", "60", "--inner-steps", "10", "--eval-every", "0", "--out", str(out))
+    shepherd = e2e.pcp(
+        "shepherd",
+        "shepherd",
+        *("--backend", "cpu", "--workers", "2", "--port", str(port)),
+        *("--token-file", str(token_file), *run, *tiny),
+    )
+    e2e.wait_for(
+        lambda: e2e.listening_port(shepherd) or shepherd.process.poll() is not None,
+        120,
+        "the shepherd to listen",
+    )
+    assert e2e.listening_port(shepherd) == port, shepherd.output()
+    worker_args = ("worker", "--connect", address, "--backend", "cpu", "--restarts", "0")
+
+    # (a) a worker with another secret
+    wrong_token = tmp_path / "wrong-token"
+    wrong_token.write_text("not-the-secret\n")
+    intruder = e2e.pcp("intruder", *worker_args, "--token-file", str(wrong_token))
+    assert intruder.wait(120) == EXIT_REFUSED, intruder.output()
+    assert "refused" in intruder.err() and "authentication failed" in intruder.err()
+
+    # (b) garbage, (c) an absurd payload length, (d) another protocol version
+    shepherd_address = ("127.0.0.1", port)
+    bad_frames = {
+        "garbage": b"GET / HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n",
+        "oversized": PREFIX.pack(MAGIC, 64, 2**62) + bytes(64),
+        "version": hello_frame(PROTOCOL_VERSION + 1, monkeypatch),
+    }
+    for name, data in bad_frames.items():
+        with send_raw(shepherd_address, data) as raw:
+            assert closed_by_peer(raw), f"the shepherd kept the {name} connection open"
+
+    token = ("--token-file", str(token_file))
+    workers = [e2e.pcp(f"worker-{i}", *worker_args, *token) for i in range(2)]
+    assert shepherd.wait(300) == 0, shepherd.output()[-4000:]
+    for worker in workers:
+        assert worker.wait(30) == 0, worker.output()
+    records = e2e.metrics(out)
+    assert [r["workers"] for r in records] == [2] * 6
+
+    log = shepherd.err()
+    assert "authentication failed: wrong or missing shared secret" in log
+    assert "does not speak PCP capnp-tcp" in log
+    assert f"frame of {PREFIX.size + 64 + 2**62} bytes is over the limit" in log
+    assert f"peer speaks PCP protocol version {PROTOCOL_VERSION + 1}" in log
+    assert log.count("join failed") == 3, log
+
+
+class FakeShepherd:
+    """This test as a shepherd: the real handshake over the real transport, by hand."""
+
+    def __init__(self) -> None:
+        self.listener = listen("127.0.0.1", 0, TransportOptions(timeout_s=60))
+        self.address = "{}:{}".format(*self.listener.address)
+
+    def admit(self, secret: bytes, proof_secret: bytes) -> Any:
+        """Accept one worker, check its proof of `secret`, answer with a proof of `proof_secret`."""
+        conn = self.listener.accept(120)
+        hello = conn.receive()
+        assert isinstance(hello, Hello) and hello.backend == "cpu"
+        challenge = auth.nonce()
+        conn.send(Challenge(challenge))
+        proof = conn.receive()
+        assert isinstance(proof, Proof)
+        assert auth.matches(auth.worker_proof(secret, challenge, proof.nonce), proof.mac)
+        conn.send(Welcome(0, auth.shepherd_proof(proof_secret, challenge, proof.nonce)))
+        return conn
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+@pytest.fixture
+def fake_shepherd() -> Any:
+    shepherd = FakeShepherd()
+    yield shepherd
+    shepherd.close()
+
+
+def test_worker_refuses_tampered_program(e2e: Any, token_file: Path, fake_shepherd: Any) -> None:
+    """A VMFB whose bytes do not match the announced hash is never loaded."""
+    secret = token_file.read_text().strip().encode()
+    args = ("--backend", "cpu", "--token-file", str(token_file), "--restarts", "0")
+    worker = e2e.pcp("worker", "worker", "--connect", fake_shepherd.address, *args)
+    conn = fake_shepherd.admit(secret, secret)
+
+    program = np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8)
+    tampered = program.copy()
+    tampered[2048] ^= 0x01
+    announced = hashlib.sha256(program.tobytes()).hexdigest()
+    tensors = [Tensor("vmfb", tampered), Tensor("tokens", np.zeros(1000, np.uint8))]
+    conn.send(Setup(announced, json.dumps({}), tensors))
+    reply = conn.receive()
+    assert isinstance(reply, Failure), reply
+    assert "hash mismatch" in reply.reason and announced[:16] in reply.reason
+    assert worker.wait(60) == EXIT_REFUSED, worker.output()
+    assert "refused" in worker.err() and "hash mismatch" in worker.err()
+    conn.close()
+
+
+def test_worker_refuses_shepherd_without_the_secret(
+    e2e: Any, token_file: Path, fake_shepherd: Any
+) -> None:
+    """The proof goes both ways: a shepherd that cannot prove the secret gets nothing more."""
+    secret = token_file.read_text().strip().encode()
+    args = ("--backend", "cpu", "--token-file", str(token_file), "--restarts", "0")
+    worker = e2e.pcp("worker", "worker", "--connect", fake_shepherd.address, *args)
+    conn = fake_shepherd.admit(secret, b"a guess")
+    assert worker.wait(60) == EXIT_REFUSED, worker.output()
+    assert "did not prove it knows the shared secret" in worker.err()
+    conn.close()
