@@ -3,6 +3,8 @@
 Backend plugins are thin descriptions; compiling, loading and running are core code.
 """
 
+import subprocess
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,6 +21,8 @@ class Backend:
     # Flag that selects the architecture; "{arch}" is replaced by the architecture.
     arch_flag: str | None = None
     extra_flags: tuple[str, ...] = ()
+    # What to install when the runtime driver or device is missing (one line).
+    install_hint: str = ""
     # Returns the architecture of the local device, or None when it cannot tell.
     detect_arch: Callable[[], str | None] | None = field(default=None, compare=False)
 
@@ -35,3 +39,31 @@ class Backend:
     def compile_flags(self, arch: str) -> list[str]:
         flags = [self.arch_flag.format(arch=arch)] if self.arch_flag else []
         return [*flags, *self.extra_flags]
+
+
+def run_quietly(command: list[str], timeout_s: float = 20.0) -> str:
+    """A tool's standard output, or "" when it is missing, fails or hangs."""
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=timeout_s)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return done.stdout if done.returncode == 0 else ""
+
+
+def iree_device_dump(driver: str) -> list[dict[str, str]]:
+    """The devices IREE's runtime sees for `driver`, as the `key: value` pairs it prints.
+
+    `iree-run-module --dump_devices` knows more than the Python API exposes (Vulkan
+    device type, vendor and subgroup size; CUDA compute capability). It runs in a child
+    process so a broken driver cannot take this one down.
+    """
+    module = "iree._runtime.scripts.iree_run_module"
+    text = run_quietly([sys.executable, "-m", module, f"--dump_devices={driver}"])
+    devices: list[dict[str, str]] = []
+    for line in text.splitlines():
+        if line.startswith("# --device="):
+            devices.append({})
+        elif devices and ": " in line and not line.startswith((" ", "#")):
+            key, value = line.split(": ", 1)
+            devices[-1].setdefault(key.strip(), value.strip())
+    return devices

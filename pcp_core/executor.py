@@ -20,24 +20,46 @@ class DeviceError(RuntimeError):
     """The runtime driver or the requested device is not available."""
 
 
-def open_device(driver: str, device_index: int | None = None) -> Any:
-    """The HAL device `device_index` (default the first) of an IREE runtime driver."""
+def _first_line(error: BaseException) -> str:
+    """The gist of an IREE status message: its first line, less the source location.
+
+    "Error creating driver: c/runtime/…/cuda_dynamic_symbols.c:66: UNAVAILABLE; CUDA
+    driver library … not available; please …" becomes "CUDA driver library … not
+    available".
+    """
+    line = (str(error).strip().splitlines() or [type(error).__name__])[0]
+    for code in ("UNAVAILABLE; ", "NOT_FOUND; ", "INVALID_ARGUMENT; ", "INTERNAL; "):
+        if code in line:
+            line = line.split(code, 1)[1]
+            break
+    return line.split(": please", 1)[0].split("; please", 1)[0][:200]
+
+
+def open_device(driver: str, device_index: int | None = None, hint: str = "") -> Any:
+    """The HAL device `device_index` (default the first) of an IREE runtime driver.
+
+    A missing driver or device is a one-line `DeviceError` that ends with `hint`
+    (what to install).
+    """
     import iree.runtime as rt
 
+    advice = f"; {hint}" if hint else ""
     try:
         hal_driver = rt.get_driver(driver)
         devices = hal_driver.query_available_devices()
     except (RuntimeError, ValueError) as error:
-        raise DeviceError(f"IREE runtime driver {driver!r} is not usable here: {error}") from None
+        raise DeviceError(
+            f"IREE runtime driver {driver!r} is not usable here ({_first_line(error)}){advice}"
+        ) from None
     if not devices:
-        raise DeviceError(f"IREE runtime driver {driver!r} sees no device")
+        raise DeviceError(f"IREE runtime driver {driver!r} sees no device{advice}")
     index = device_index or 0
     if not 0 <= index < len(devices):
         raise DeviceError(f"driver {driver!r} has {len(devices)} device(s); no device {index}")
     try:
         return hal_driver.create_device(devices[index]["device_id"])
     except (RuntimeError, ValueError) as error:
-        raise DeviceError(f"cannot open {driver!r} device {index}: {error}") from None
+        raise DeviceError(f"cannot open {driver!r} device {index}: {_first_line(error)}") from None
 
 
 def describe_devices(backend: Any) -> dict[str, Any]:
@@ -55,7 +77,9 @@ def describe_devices(backend: Any) -> dict[str, Any]:
     try:
         found = rt.get_driver(backend.driver).query_available_devices()
     except (RuntimeError, ValueError) as error:
-        row["note"] = str(error).splitlines()[0][:120]
+        row["note"] = _first_line(error)[:120] + (
+            f"; {backend.install_hint}" if backend.install_hint else ""
+        )
         found = []
     row["devices"] = [
         f"{i}: {d.get('name') or d.get('path') or 'device'}" for i, d in enumerate(found)
@@ -68,8 +92,39 @@ def describe_devices(backend: Any) -> dict[str, Any]:
 
 
 def to_host(array: Any) -> np.ndarray:
-    """A host copy of a device array (a copy, since mapped memory may be reused)."""
-    return np.array(array.to_host(), copy=True)
+    """A host copy of a device array.
+
+    Mappable buffers (CPU) are mapped and copied. Others are copied by the device into a
+    host-visible staging buffer first: `DeviceArray.to_host()` imports host memory
+    instead, which Vulkan drivers such as Mesa's lavapipe refuse
+    (minImportedHostPointerAlignment).
+    """
+    import iree.runtime as rt
+
+    view = array._buffer_view
+    dtype = rt.HalElementType.map_to_dtype(view.element_type)
+    shape, source = tuple(view.shape), view.get_buffer()
+    visible = int(rt.MemoryType.HOST_VISIBLE)
+    mappable = source.memory_type() & visible == visible and source.allowed_usage() & int(
+        rt.BufferUsage.MAPPING_SCOPED
+    )
+    if not mappable:
+        device = array._device
+        staging = device.allocator.allocate_buffer(
+            memory_type=rt.MemoryType.HOST_LOCAL | rt.MemoryType.DEVICE_VISIBLE,
+            allowed_usage=rt.BufferUsage.TRANSFER_TARGET | rt.BufferUsage.MAPPING_SCOPED,
+            allocation_size=source.byte_length(),
+        )
+        semaphore = device.create_semaphore(0)
+        device.queue_copy(
+            source,
+            staging,
+            wait_semaphores=rt.HalFence.create_at(semaphore, 0),
+            signal_semaphores=rt.HalFence.create_at(semaphore, 1),
+        )
+        rt.HalFence.create_at(semaphore, 1).wait()
+        source = staging
+    return np.array(source.map().asarray(shape, dtype), copy=True)
 
 
 class IreeExecutor:

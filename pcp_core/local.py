@@ -13,7 +13,7 @@ from pcp_core import checkpoint
 from pcp_core.algorithms import Algorithm, RunContext
 from pcp_core.compiler import compile_program
 from pcp_core.config import ConfigError, to_dict
-from pcp_core.executor import IreeExecutor
+from pcp_core.executor import IreeExecutor, open_device
 from pcp_core.training import TrainingSetup, prepare, resolve_backend
 
 log = structlog.get_logger(__name__)
@@ -45,6 +45,7 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
     backend, arch = resolve_backend(config, ctx.plugins)
     setup = prepare(config, ctx.plugins)
     program = setup.program
+    open_device(backend.driver, config.device, backend.install_hint)  # before compiling
     compiled = compile_program(program.stablehlo, backend, arch)
     executor = IreeExecutor(
         compiled.vmfb, backend.driver, program.param_specs, program.opt_specs, config.device

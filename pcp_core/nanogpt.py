@@ -4,6 +4,7 @@ Pre-norm transformer blocks, causal self-attention, GELU MLP, weights tied betwe
 the token embedding and the output head.
 """
 
+import functools
 import math
 from collections.abc import Mapping
 
@@ -60,7 +61,11 @@ def _layer_norm(x, weight, bias, eps: float = 1e-5):
     import jax.numpy as jnp
 
     mean = jnp.mean(x, axis=-1, keepdims=True)
-    centred = x - mean
+    # Not `x - mean`: its gradient is sum(-g) over the feature axis, and IREE turns a
+    # sum of a negation into a subtracting reduction it cannot tile on GPU targets
+    # ("Failed to get an identity value for the reduction operation"). Negating the
+    # [..., 1] mean instead puts the negation after the sum; the values are identical.
+    centred = x + (-mean)
     variance = jnp.mean(centred * centred, axis=-1, keepdims=True)
     return centred * (1.0 / jnp.sqrt(variance + eps)) * weight + bias
 
@@ -102,14 +107,40 @@ def logits(config: Mapping[str, int], params: Params, tokens):
     return x @ params["wte"].T
 
 
-def loss(config: Mapping[str, int], params: Params, tokens, targets):
-    """Mean cross-entropy of next-character prediction."""
+@functools.cache
+def _cross_entropy():
+    """Mean cross-entropy of logits [..., vocab] against integer targets [...].
+
+    With a hand-written gradient, (softmax - one_hot) * g / N: autodiff of log_softmax
+    sums a negated cotangent, which IREE cannot compile for GPU targets (see
+    `_layer_norm`), and a one-hot built by comparing with an iota fails SPIR-V
+    lowering, so the one-hot part is a scatter-add of -1.
+    """
     import jax
     import jax.numpy as jnp
+    import numpy as np
 
-    log_probs = jax.nn.log_softmax(logits(config, params, tokens), axis=-1)
-    picked = jnp.take_along_axis(log_probs, targets[..., None], axis=-1)
-    return -jnp.mean(picked)
+    def forward(logits, targets):
+        shifted = logits - jax.lax.stop_gradient(jnp.max(logits, axis=-1, keepdims=True))
+        log_total = jnp.log(jnp.sum(jnp.exp(shifted), axis=-1, keepdims=True))
+        picked = jnp.take_along_axis(shifted, targets[..., None], axis=-1)
+        return jnp.mean(log_total - picked), (shifted, log_total, targets)
+
+    def backward(residuals, g):
+        shifted, log_total, targets = residuals
+        probs = jnp.exp(shifted - log_total)
+        index = jnp.indices(targets.shape, sparse=True)
+        grad = probs.at[(*index, targets)].add(-1.0)
+        return grad * (g / targets.size), np.zeros(targets.shape, jax.dtypes.float0)
+
+    cross_entropy = jax.custom_vjp(lambda logits, targets: forward(logits, targets)[0])
+    cross_entropy.defvjp(forward, backward)
+    return cross_entropy
+
+
+def loss(config: Mapping[str, int], params: Params, tokens, targets):
+    """Mean cross-entropy of next-character prediction."""
+    return _cross_entropy()(logits(config, params, tokens), targets)
 
 
 MODEL = Model(

@@ -129,7 +129,7 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
     """Join, then serve rounds until the shepherd says stop."""
     backend = plugins.backend(options.backend)
     arch = backend.resolve_arch(options.target)
-    open_device(backend.driver, options.device)  # fail early on a missing driver/device
+    open_device(backend.driver, options.device, backend.install_hint)  # fail early
     transport = plugins.transport(options.transport)
     name = options.name or f"{socket.gethostname()}:{os.getpid()}"
     hello = Hello(name, backend.name, arch, iree_runtime_version(), str(options.device or 0))

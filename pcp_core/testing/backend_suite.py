@@ -53,7 +53,7 @@ class BackendConformance:
         from pcp_core.executor import DeviceError, open_device
 
         try:
-            return open_device(backend.driver)
+            return open_device(backend.driver, hint=backend.install_hint)
         except DeviceError as error:
             pytest.skip(f"no {backend.name} device here: {error}")
 

@@ -1,0 +1,32 @@
+"""Apple GPUs: IREE's `metal-spirv` target, `metal` driver (macOS only at run time).
+
+The architecture is the Metal platform (`macos`, `ios`, `ios-simulator`); programs
+compile on any machine, which is how a Linux shepherd serves Mac workers. (IREE
+3.13's compiler aborts on `ios` for the GPT step; `macos` compiles.)
+"""
+
+import platform
+
+from pcp_core import hookimpl
+from pcp_core.backends import Backend
+
+
+def detect_arch() -> str | None:
+    return "macos" if platform.system() == "Darwin" else None
+
+
+METAL = Backend(
+    name="metal",
+    target="metal-spirv",
+    driver="metal",
+    default_arch="macos",
+    description="Apple GPUs through IREE metal-spirv",
+    arch_flag="--iree-metal-target-platform={arch}",
+    detect_arch=detect_arch,
+    install_hint="the metal driver exists only on macOS, in an iree-base-runtime built for it",
+)
+
+
+@hookimpl
+def pcp_register_backends(register) -> None:
+    register(METAL)
