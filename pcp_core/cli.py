@@ -137,7 +137,8 @@ def run_algorithm(config: run_config.RunConfig, local_workers: bool) -> dict[str
 
     host = plugins.host()
     algorithm = host.algorithm(config.algorithm)
-    host.backend(config.backend)  # fail on an unknown backend before any work
+    for backend in {config.backend, *config.local_worker_backends()}:
+        host.backend(backend)  # fail on an unknown backend before any work
     run_dir = Path(config.out) if config.out else new_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(run_config.to_toml(config), encoding="utf-8")

@@ -54,6 +54,9 @@ class RunConfig:
     eval_batches: int = _opt(8, "Validation batches per evaluation.")
     # distributed (diloco)
     workers: int = _opt(2, "Workers to start (one-command diloco form) or wait for.")
+    worker_backends: str | None = _opt(
+        None, "One-command form: backend of each local worker, e.g. cpu,vulkan (sets --workers)."
+    )
     inner_steps: int = _opt(50, "DiLoCo: inner steps per round (H).")
     outer_optimizer: str = _opt("nesterov", "DiLoCo: outer optimizer run by the shepherd.")
     outer_lr: float = _opt(0.7, "DiLoCo: outer learning rate.")
@@ -70,7 +73,17 @@ class RunConfig:
     def model_overrides(self) -> dict[str, int | None]:
         return {k: getattr(self, k) for k in ("n_layer", "n_head", "n_embd", "block_size")}
 
+    def local_worker_backends(self) -> list[str]:
+        if self.worker_backends:
+            return [b.strip() for b in self.worker_backends.split(",")]
+        return [self.backend] * self.workers
+
     def validate(self) -> "RunConfig":
+        if self.worker_backends is not None:
+            backends = [b.strip() for b in self.worker_backends.split(",")]
+            if not all(backends):
+                raise ConfigError(f"worker_backends: empty name in {self.worker_backends!r}")
+            self.workers = len(backends)
         positive = ["steps", "batch_size", "steps_per_call", "eval_batches", "workers"]
         positive += ["inner_steps"]
         for name in positive:

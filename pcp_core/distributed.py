@@ -51,22 +51,12 @@ def shepherd_secret(ctx: RunContext) -> bytes:
     return secret
 
 
-def worker_command(config: RunConfig, address: tuple[str, int]) -> list[str]:
-    command = [
-        sys.executable,
-        "-m",
-        "pcp_core",
-        "worker",
-        "--connect",
-        f"{address[0]}:{address[1]}",
-        "--backend",
-        config.backend,
-        "--transport",
-        config.transport,
-        "--restarts",
-        "0",
-    ]
-    if config.target:
+def worker_command(config: RunConfig, address: tuple[str, int], backend: str) -> list[str]:
+    """The command line of one local worker (supervised by this process, so no restarts)."""
+    connect = f"{address[0]}:{address[1]}"
+    command = [sys.executable, "-m", "pcp_core", "worker", "--connect", connect]
+    command += ["--backend", backend, "--transport", config.transport, "--restarts", "0"]
+    if config.target and backend == config.backend:
         command += ["--target", config.target]
     if config.tls_ca:
         command += ["--tls-ca", str(config.tls_ca)]
@@ -94,7 +84,10 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, algorithm: str) -> Iterator[
     workers: contextlib.AbstractContextManager = contextlib.nullcontext()
     if ctx.local_workers:
         env = {**os.environ, auth.TOKEN_ENV: secret.decode()}
-        commands = [worker_command(config, listener.address) for _ in range(config.workers)]
+        commands = [
+            worker_command(config, listener.address, backend)
+            for backend in config.local_worker_backends()
+        ]
         workers = LocalWorkers(commands, env, Path(ctx.run_dir))
     try:
         with workers:
