@@ -1,11 +1,13 @@
-"""IREE on the CPU against jax.jit on the CPU, for the same train step, side by side.
+"""IREE against jax.jit (XLA) for the same train step, side by side in one process.
 
 Both run the identical program (K steps of nanoGPT + AdamW per call) on the same
-batches; the figure is the median time per step. Writes benchmarks/results/step_time.json
-and .md.
+batches; the figure is the median time per step. XLA runs on JAX's default device: the
+CPU on a CPU machine, the GPU where JAX has one. Writes
+benchmarks/results/step_time[_BACKEND].json and .md.
 
-    python benchmarks/step_time.py            # default model + shakespeare-char size
-    python benchmarks/step_time.py --quick    # default model only
+    python benchmarks/step_time.py                     # CPU: default + shakespeare-char
+    python benchmarks/step_time.py --quick             # CPU: default model only
+    python benchmarks/step_time.py --backend cuda --sizes shakespeare-char gpt-b32
 """
 
 import argparse
@@ -18,7 +20,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pcp_core import data, nanogpt
+from pcp_core import data, nanogpt, plugins
+from pcp_core.backends import Backend
 from pcp_core.compiler import compile_program
 from pcp_core.executor import IreeExecutor
 from pcp_core.optimizers import InnerSettings
@@ -38,18 +41,18 @@ SIZES = {
 }
 
 
-def measure(name: str, size: dict, corpus: data.CharCorpus) -> dict:
+def measure(name: str, size: dict, corpus: data.CharCorpus, backend: Backend) -> dict:
     import jax
     import pcp_adamw
-    import pcp_cpu
 
     config = nanogpt.MODEL.config({**size["model"], "vocab_size": corpus.vocab_size})
     k, batch, calls = size["steps_per_call"], size["batch_size"], size["calls"]
     program = build_train_program(
         nanogpt.MODEL, config, pcp_adamw.build(InnerSettings()), steps_per_call=k, batch_size=batch
     )
-    compiled = compile_program(program.stablehlo, pcp_cpu.CPU, pcp_cpu.CPU.resolve_arch())
-    executor = IreeExecutor(compiled.vmfb, "local-task", program.param_specs, program.opt_specs)
+    arch = backend.resolve_arch()
+    compiled = compile_program(program.stablehlo, backend, arch)
+    executor = IreeExecutor(compiled.vmfb, backend.driver, program.param_specs, program.opt_specs)
     params = list(nanogpt.init(config, 0).values())
     opt_state = program.init_opt_state(params)
     executor.set_params(params)
@@ -89,21 +92,25 @@ def measure(name: str, size: dict, corpus: data.CharCorpus) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only the default model")
+    parser.add_argument("--backend", default="cpu", help="PCP backend for the IREE side")
+    parser.add_argument(
+        "--sizes", nargs="+", choices=list(SIZES), default=["default", "shakespeare-char"]
+    )
     args = parser.parse_args()
+    backend = plugins.host().backend(args.backend)
     corpus = data.load_text_file(None)
-    names = ["default"] if args.quick else list(SIZES)
-    rows = [measure(name, SIZES[name], corpus) for name in names]
+    names = ["default"] if args.quick else args.sizes
+    rows = [measure(name, SIZES[name], corpus, backend) for name in names]
     machine = {
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),
         "processor": platform.processor(),
     }
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "step_time.json").write_text(
-        json.dumps({"machine": machine, "rows": rows}, indent=2)
-    )
+    stem = "step_time" if args.backend == "cpu" else f"step_time_{args.backend}"
+    (RESULTS / f"{stem}.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
     lines = [
-        "| size | params | batch | IREE ms/step | XLA ms/step | XLA/IREE |",
+        f"| size | params | batch | IREE {args.backend} ms/step | XLA ms/step | XLA/IREE |",
         "|---|---|---|---|---|---|",
     ]
     lines += [
@@ -111,7 +118,7 @@ def main() -> None:
         f"| {r['jax_ms_per_step']} | {r['xla_over_iree']} |"
         for r in rows
     ]
-    (RESULTS / "step_time.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -19,6 +19,13 @@ REFERENCE_MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16}
 STEPS_PER_CALL, BATCH, CALLS = 2, 4, 3
 
 
+def on_cpu() -> Any:
+    """JAX runs the reference on the CPU, also on a machine whose default is a GPU."""
+    import jax
+
+    return jax.default_device(jax.devices("cpu")[0])
+
+
 @cache
 def reference() -> tuple[Any, Any, Any]:
     """The corpus, model config and train program every backend is checked with."""
@@ -33,7 +40,8 @@ def reference() -> tuple[Any, Any, Any]:
     # eps would let Adam turn each backend's rounding noise there into real updates.
     settings = InnerSettings(lr=3e-3, warmup_steps=1, total_steps=STEPS_PER_CALL * CALLS, eps=1e-6)
     tx = adamw.build(settings)
-    program = build_train_program(nanogpt.MODEL, config, tx, STEPS_PER_CALL, BATCH)
+    with on_cpu():
+        program = build_train_program(nanogpt.MODEL, config, tx, STEPS_PER_CALL, BATCH)
     return corpus, config, program
 
 
@@ -83,7 +91,8 @@ class BackendConformance:
             compiled.vmfb, backend.driver, program.param_specs, program.opt_specs
         )
         params = list(nanogpt.init(config, seed=0).values())
-        opt_state = program.init_opt_state(params)
+        with on_cpu():
+            opt_state = program.init_opt_state(params)
         executor.set_params(params)
         executor.set_opt_state(opt_state)
         return executor, params, opt_state
@@ -95,7 +104,8 @@ class BackendConformance:
         for call in range(CALLS):
             x, y = corpus.batches("train", STEPS_PER_CALL, BATCH, config["block_size"], (0, call))
             losses = executor.run(x, y)
-            jax_params, jax_opt, jax_losses = program.jax_step(jax_params, jax_opt, x, y)
+            with on_cpu():
+                jax_params, jax_opt, jax_losses = program.jax_step(jax_params, jax_opt, x, y)
             np.testing.assert_allclose(losses, np.asarray(jax_losses), rtol=self.rtol)
         for spec, ours, theirs in zip(
             program.param_specs, executor.params(), jax_params, strict=True
