@@ -13,7 +13,8 @@ out=${OUT:-benchmarks/results}
 site=/tmp/pcp-site
 mkdir -p "$out"
 if [ -n "${WHEELS:-}" ]; then
-    python3 -m pip install -q --no-index --no-deps --no-compile --target "$site" "$WHEELS"/*.whl
+    python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$site" \
+        "$WHEELS"/*.whl
 fi
 PYTHONPATH=$(python3 scripts/register_checkout.py "$site") || exit 1
 export PYTHONPATH PCP_CACHE_DIR=/tmp/pcp-cache PYTHONUNBUFFERED=1 COLUMNS=160

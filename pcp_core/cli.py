@@ -35,6 +35,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     from pcp_core.compiler import CompileError
     from pcp_core.data import DataError
     from pcp_core.executor import DeviceError
+    from pcp_core.shepherd import NotEnoughWorkers, RoundFailed
 
     return (
         run_config.ConfigError,
@@ -44,6 +45,8 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         CompileError,
         DeviceError,
         plugins.PluginLoadError,
+        NotEnoughWorkers,
+        RoundFailed,
         ValueError,
         FileNotFoundError,
     )

@@ -35,7 +35,15 @@ class CompiledProgram:
 
 
 def iree_compiler_version() -> str:
-    return metadata.version(COMPILER_DISTRIBUTION)
+    """The IREE version programs are compiled with here.
+
+    Where no compiler is installed this is the runtime's version (both are pinned to
+    the same protocol version): such a machine can still serve programs from its cache.
+    """
+    try:
+        return metadata.version(COMPILER_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return iree_runtime_version()
 
 
 def iree_runtime_version() -> str:
@@ -65,7 +73,13 @@ def compile_program(stablehlo: str, backend: Backend, arch: str) -> CompiledProg
         )
         return CompiledProgram(vmfb, hashlib.sha256(vmfb).hexdigest(), backend.name, arch, True)
 
-    import iree.compiler
+    try:
+        import iree.compiler
+    except ImportError:
+        raise CompileError(
+            f"no IREE compiler here to compile for {backend.name}: "
+            f"pip install {COMPILER_DISTRIBUTION}=={iree_runtime_version()}"
+        ) from None
 
     log.info("compiling with IREE", backend=backend.name, target=backend.target, arch=arch)
     started = time.perf_counter()

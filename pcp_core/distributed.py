@@ -90,7 +90,9 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, algorithm: str) -> Iterator[
         ]
         workers = LocalWorkers(commands, env, Path(ctx.run_dir))
     try:
-        with workers:
+        with workers as local:
+            if local is not None:
+                node.still_coming = local.any_running
             reason = "interrupted"
             try:
                 yield node

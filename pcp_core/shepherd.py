@@ -23,7 +23,12 @@ import structlog
 
 from pcp_core import auth
 from pcp_core.backends import Backend
-from pcp_core.compiler import CompiledProgram, compile_program, iree_compiler_version
+from pcp_core.compiler import (
+    CompiledProgram,
+    CompileError,
+    compile_program,
+    iree_compiler_version,
+)
 from pcp_core.messages import (
     Assignment,
     Challenge,
@@ -49,6 +54,10 @@ HANDSHAKE_TIMEOUT_S = 30.0
 
 class RoundFailed(RuntimeError):
     """No worker returned a usable result for a round."""
+
+
+class NotEnoughWorkers(RuntimeError):
+    """The run cannot start: too few workers joined in time, and no more are coming."""
 
 
 @dataclass
@@ -113,6 +122,7 @@ class Shepherd:
     _closing: threading.Event = field(default_factory=threading.Event)
     _stop_reason: str = "done"
     setup_bytes: int = 0
+    still_coming: Callable[[], bool] = lambda: True  # may more workers still join?
 
     # -- admission ------------------------------------------------------------------------
 
@@ -142,6 +152,12 @@ class Shepherd:
         except (TransportError, OSError, TimeoutError) as error:
             log.warning("join failed", peer=conn.peer, error=str(error))
             conn.close()
+        except Exception as error:  # e.g. no compiler here: refuse, so it does not retry
+            log.error(
+                "cannot serve worker", peer=conn.peer, error=f"{type(error).__name__}: {error}"
+            )
+            with contextlib.suppress(TransportError, OSError):
+                self._refuse(conn, f"the shepherd cannot serve this worker: {error}")
 
     def _refuse(self, conn: Connection, reason: str) -> None:
         log.warning("refusing worker", peer=conn.peer, reason=reason)
@@ -177,11 +193,16 @@ class Shepherd:
         except UnknownNameError as error:
             self._refuse(conn, f"the shepherd cannot compile for this worker: {error}")
             return None
+        try:
+            compiled = self.program_for(backend, hello.arch)
+        except CompileError as error:
+            self._refuse(conn, f"the shepherd cannot compile for this worker: {error}")
+            return None
         index = self._reserve_index()
         conn.send(Welcome(index, auth.shepherd_proof(self.secret, challenge, proof.nonce)))
         link = WorkerLink(index, conn, hello)
         try:
-            self._send_setup(link, backend)
+            self._send_setup(link, backend, compiled)
         except BaseException:
             self._release_index(index)
             raise
@@ -206,8 +227,7 @@ class Shepherd:
                 self._programs[key] = compile_program(self.setup.program.stablehlo, backend, arch)
             return self._programs[key]
 
-    def _send_setup(self, link: WorkerLink, backend: Backend) -> None:
-        compiled = self.program_for(backend, link.hello.arch)
+    def _send_setup(self, link: WorkerLink, backend: Backend, compiled: CompiledProgram) -> None:
         program, corpus = self.setup.program, self.setup.corpus
         settings = {
             "algorithm": self.algorithm,
@@ -230,7 +250,11 @@ class Shepherd:
         self.setup_bytes += link.conn.send(Setup(compiled.sha256, json.dumps(settings), tensors))
 
     def wait_for_workers(self, count: int, timeout_s: float | None = None) -> None:
-        """Block until `count` workers have joined (and received their program)."""
+        """Block until `count` workers have joined (and received their program).
+
+        Gives up after `timeout_s`, or as soon as `still_coming()` says no more will come
+        (the one-command form's local workers have all exited).
+        """
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
         while len(self.links) < count:
             remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
@@ -238,8 +262,13 @@ class Shepherd:
                 link = self._joined.get(timeout=min(remaining or 1.0, 1.0))
             except queue.Empty:
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise TimeoutError(
+                    raise NotEnoughWorkers(
                         f"only {len(self.links)} of {count} workers joined in {timeout_s:.0f} s"
+                    ) from None
+                if not self.still_coming():
+                    raise NotEnoughWorkers(
+                        f"only {len(self.links)} of {count} workers joined and no more are "
+                        "coming; see the worker logs in the run directory"
                     ) from None
                 continue
             self.links[link.index] = link

@@ -107,9 +107,12 @@ class LocalWorkers:
         ]
 
     def __enter__(self) -> "LocalWorkers":
-        for supervisor in self.supervisors:
-            supervisor.start()
+        self.threads = [supervisor.start() for supervisor in self.supervisors]
         return self
+
+    def any_running(self) -> bool:
+        """False once every worker has exited for good (its supervisor gave up or it ended)."""
+        return any(thread.is_alive() for thread in self.threads)
 
     def __exit__(self, error_type: type[BaseException] | None, *rest: object) -> None:
         deadline = time.monotonic() + (10.0 if error_type is None else 0.0)

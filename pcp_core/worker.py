@@ -138,6 +138,8 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         index = join(conn, hello, options.secret)
         log.info("joined", shepherd=f"{options.host}:{options.port}", index=index, arch=arch)
         setup = conn.receive()
+        if isinstance(setup, Reject):
+            raise JoinRefused(setup.reason)
         if not isinstance(setup, Setup):
             raise JoinRefused(f"expected the program, got {type(setup).__name__}")
         try:

@@ -7,7 +7,10 @@ by this test through the transport itself.
 
 import hashlib
 import json
+import os
 import socket
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +30,7 @@ from pcp_core.messages import (
     Tensor,
     Welcome,
 )
+from pcp_core.testing import install_fake_plugin
 from pcp_core.transport import TransportOptions
 
 EXIT_REFUSED = 3
@@ -178,3 +182,51 @@ def test_worker_refuses_shepherd_without_the_secret(
     assert worker.wait(60) == EXIT_REFUSED, worker.output()
     assert "did not prove it knows the shared secret" in worker.err()
     conn.close()
+
+
+UNCOMPILABLE = """
+from pcp_core import hookimpl
+from pcp_core.backends import Backend
+
+@hookimpl
+def pcp_register_backends(register):
+    register(Backend(name="uncompilable", target="llvm-cpu", driver="local-task",
+                     default_arch="generic", extra_flags=("--iree-no-such-flag",)))
+"""
+
+
+def test_worker_the_shepherd_cannot_compile_for_is_refused(
+    tmp_path: Path, tiny: tuple[str, ...]
+) -> None:
+    """A failed compile refuses the worker with the reason (no crash loop, no long wait)."""
+    site = tmp_path / "site"
+    install_fake_plugin(site, "pcp-uncompilable", "pcp_uncompilable", UNCOMPILABLE)
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")]),
+    }
+    out = tmp_path / "run"
+    command = [
+        sys.executable,
+        "-m",
+        "pcp_core",
+        "train",
+        "--algorithm",
+        "diloco",
+        "--worker-backends",
+        "uncompilable",
+        "--steps",
+        "10",
+        "--inner-steps",
+        "10",
+        "--out",
+        str(out),
+        *tiny,
+    ]
+    result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "0 of 1 workers joined and no more are coming" in result.stderr
+    worker_log = (out / "worker-0.log").read_text()
+    assert "refused: the shepherd cannot compile for this worker" in worker_log
+    assert "no-such-flag" in worker_log
+    assert "restarting" not in result.stderr
