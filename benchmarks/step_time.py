@@ -38,6 +38,13 @@ SIZES = {
         "steps_per_call": 2,
         "calls": 4,
     },
+    # the same model at batch 32, 10 steps per call: a GPU-sized step
+    "gpt-b32": {
+        "model": {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256},
+        "batch_size": 32,
+        "steps_per_call": 10,
+        "calls": 5,
+    },
 }
 
 
