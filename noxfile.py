@@ -4,6 +4,7 @@ nox -s slow          # slow end-to-end tests (multi-GiB payloads, long runs)
 nox -s plugin        # each plugin alone on top of the core: the install matrix
 """
 
+import tomllib
 from pathlib import Path
 
 import nox
@@ -33,10 +34,18 @@ def slow(session: nox.Session) -> None:
     session.run("pytest", "-q", "-m", "slow", *session.posargs)
 
 
+def local_requirements(plugin: str) -> list[str]:
+    """This repository's plugins that `plugin` depends on, recursively, as -e arguments."""
+    project = tomllib.loads(Path(f"plugins/{plugin}/pyproject.toml").read_text())["project"]
+    names = [d.split("=")[0].strip() for d in project.get("dependencies", [])]
+    found = [n for n in names if n in PLUGINS]
+    return [arg for n in found for arg in (*local_requirements(n), "-e", f"plugins/{n}")]
+
+
 @nox.session(python="3.11")
 @nox.parametrize("plugin", PLUGINS)
 def plugin(session: nox.Session, plugin: str) -> None:
-    """One plugin installed alone with the core (+ pcp-cpu/pcp-adamw it may need to run)."""
+    """One plugin with the core and only what it needs (pcp-cpu and pcp-adamw to run)."""
     session.install("-e", ".[test]", "-e", "plugins/pcp-cpu", "-e", "plugins/pcp-adamw")
-    session.install("-e", f"plugins/{plugin}")
+    session.install(*local_requirements(plugin), "-e", f"plugins/{plugin}")
     session.run("pytest", "-q", f"plugins/{plugin}", env={"PCP_STRICT_PLUGINS": "1"})
