@@ -314,10 +314,11 @@ def worker(
     if not host or not port.isdigit():
         fail(f"--connect must be HOST:PORT, got {connect!r}")
     if restarts > 0:
+        from pcp_core.malloc import retaining_env
         from pcp_core.supervisor import Supervisor
 
         command = [sys.executable, "-m", "pcp_core", *sys.argv[1:], "--restarts", "0"]
-        raise typer.Exit(Supervisor(command, max_restarts=restarts).run())
+        raise typer.Exit(Supervisor(command, env=retaining_env(), max_restarts=restarts).run())
 
     def body() -> None:
         from pcp_core.auth import AuthError, load_secret

@@ -2,7 +2,6 @@
 listener, and the local workers of the one-command form (`pcp train --workers N`)."""
 
 import contextlib
-import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -12,6 +11,7 @@ import structlog
 from pcp_core import auth
 from pcp_core.algorithms import RunContext
 from pcp_core.config import ConfigError, RunConfig
+from pcp_core.malloc import retaining_env
 from pcp_core.shepherd import Shepherd
 from pcp_core.supervisor import LocalWorkers
 from pcp_core.training import TrainingSetup
@@ -83,7 +83,7 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, algorithm: str) -> Iterator[
     )
     workers: contextlib.AbstractContextManager = contextlib.nullcontext()
     if ctx.local_workers:
-        env = {**os.environ, auth.TOKEN_ENV: secret.decode()}
+        env = {**retaining_env(), auth.TOKEN_ENV: secret.decode()}
         commands = [
             worker_command(config, listener.address, backend)
             for backend in config.local_worker_backends()
