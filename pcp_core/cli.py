@@ -47,6 +47,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         plugins.PluginLoadError,
         NotEnoughWorkers,
         RoundFailed,
+        FloatingPointError,  # a diverging run
         ValueError,
         FileNotFoundError,
     )

@@ -35,8 +35,8 @@ def _first_line(error: BaseException) -> str:
     return line.split(": please", 1)[0].split("; please", 1)[0][:200]
 
 
-def open_device(driver: str, device_index: int | None = None, hint: str = "") -> Any:
-    """The HAL device `device_index` (default the first) of an IREE runtime driver.
+def _query_devices(driver: str, hint: str = "") -> tuple[Any, list[dict[str, Any]]]:
+    """The IREE runtime driver and the devices it sees.
 
     A missing driver or device is a one-line `DeviceError` that ends with `hint`
     (what to install).
@@ -53,6 +53,12 @@ def open_device(driver: str, device_index: int | None = None, hint: str = "") ->
         ) from None
     if not devices:
         raise DeviceError(f"IREE runtime driver {driver!r} sees no device{advice}")
+    return hal_driver, devices
+
+
+def open_device(driver: str, device_index: int | None = None, hint: str = "") -> Any:
+    """The HAL device `device_index` (default the first) of an IREE runtime driver."""
+    hal_driver, devices = _query_devices(driver, hint)
     index = device_index or 0
     if not 0 <= index < len(devices):
         raise DeviceError(f"driver {driver!r} has {len(devices)} device(s); no device {index}")
@@ -64,31 +70,21 @@ def open_device(driver: str, device_index: int | None = None, hint: str = "") ->
 
 def describe_devices(backend: Any) -> dict[str, Any]:
     """What `pcp devices` shows for one backend: driver presence, devices, architecture."""
-    import iree.runtime as rt
-
-    row: dict[str, Any] = {
+    try:
+        _, found = _query_devices(backend.driver, backend.install_hint)
+        note = ""
+    except DeviceError as error:
+        found, note = [], str(error)
+    return {
         "backend": backend.name,
         "driver": backend.driver,
-        "available": False,
-        "devices": [],
-        "arch": "",
-        "note": "",
+        "available": bool(found),
+        "devices": [
+            f"{i}: {d.get('name') or d.get('path') or 'device'}" for i, d in enumerate(found)
+        ],
+        "arch": backend.resolve_arch(),
+        "note": note,
     }
-    try:
-        found = rt.get_driver(backend.driver).query_available_devices()
-    except (RuntimeError, ValueError) as error:
-        row["note"] = _first_line(error)[:120] + (
-            f"; {backend.install_hint}" if backend.install_hint else ""
-        )
-        found = []
-    row["devices"] = [
-        f"{i}: {d.get('name') or d.get('path') or 'device'}" for i, d in enumerate(found)
-    ]
-    row["available"] = bool(found)
-    row["arch"] = backend.resolve_arch()
-    if not found and not row["note"]:
-        row["note"] = "driver loaded but sees no device"
-    return row
 
 
 def to_host(array: Any) -> np.ndarray:

@@ -9,31 +9,13 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core import checkpoint
 from pcp_core.algorithms import Algorithm, RunContext
 from pcp_core.compiler import compile_program
-from pcp_core.config import ConfigError, to_dict
+from pcp_core.config import ConfigError
 from pcp_core.executor import IreeExecutor, open_device
-from pcp_core.training import TrainingSetup, prepare, resolve_backend
+from pcp_core.training import prepare, resolve_backend
 
 log = structlog.get_logger(__name__)
-
-
-def save_checkpoint(
-    ctx: RunContext,
-    setup: TrainingSetup,
-    params: list[np.ndarray],
-    step: int,
-    extra: dict[str, np.ndarray] | None = None,
-) -> None:
-    tensors = dict(zip(setup.param_names(), params, strict=True)) | (extra or {})
-    metadata = {
-        "step": step,
-        "model": setup.config.model,
-        "model_config": setup.model_config,
-        "vocabulary": setup.corpus.vocabulary,
-    }
-    checkpoint.save(ctx.run_dir / "checkpoint.safetensors", tensors, metadata)
 
 
 def run_local(ctx: RunContext) -> dict[str, Any]:
@@ -57,7 +39,7 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
         "training",
         backend=backend.name,
         arch=arch,
-        params=sum(p.size for p in params),
+        params=program.parameter_count,
         unigram_entropy=round(setup.corpus.unigram_entropy(), 3),
     )
 
@@ -81,31 +63,20 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
             "tokens": tokens,
             "elapsed_s": round(ctx.metrics.elapsed(), 4),
         }
-        last = step == config.steps
-        if last or (config.eval_every and step % config.eval_every < config.steps_per_call):
+        if not np.isfinite(losses).all():  # before a checkpoint could keep the broken params
+            raise FloatingPointError(f"loss became {losses[-1]} at step {step}; lower --lr")
+        if setup.evaluates_after(step, config.steps_per_call):
             params = executor.params()
             val_loss = setup.validation_loss(params)
             record["val_loss"] = val_loss
-            save_checkpoint(ctx, setup, params, step)
-        if not np.isfinite(losses).all():
-            raise FloatingPointError(f"loss became {losses[-1]} at step {step}; lower --lr")
+            setup.save_checkpoint(ctx.run_dir, params, step)
         ctx.metrics.write(record)
         ctx.progress.update(step, loss=record["loss"], tokens_per_s=tokens / compute_s)
 
-    final_loss = float(losses[-1])
-    return {
-        "final_train_loss": final_loss,
-        "final_val_loss": val_loss,
-        "unigram_entropy": setup.corpus.unigram_entropy(),
-        "tokens": tokens,
-        "tokens_per_s": tokens / compute_s,
-        "wall_time_s": ctx.metrics.elapsed(),
-        "compile_cache_hit": compiled.cache_hit,
-        "backend": backend.name,
-        "arch": arch,
-        "parameters": int(sum(p.size for p in setup.initial_params())),
-        "config": to_dict(config),
-    }
+    summary = setup.summary(
+        float(losses[-1]), val_loss, tokens, tokens / compute_s, ctx.metrics.elapsed()
+    )
+    return summary | {"arch": arch, "compile_cache_hit": compiled.cache_hit}
 
 
 LOCAL = Algorithm(name="local", run=run_local, description="single process, single device")

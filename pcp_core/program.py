@@ -33,7 +33,6 @@ class TrainProgram:
     """The exported program plus what callers need to feed it."""
 
     stablehlo: str
-    module_name: str
     param_specs: list[TensorSpec]
     opt_specs: list[TensorSpec]
     steps_per_call: int
@@ -42,6 +41,10 @@ class TrainProgram:
     jax_step: Callable[..., Any]  # the same step jitted by XLA, for parity and benchmarks
     init_opt_state: Callable[[list[np.ndarray]], list[np.ndarray]]
     eval_loss: Callable[[list[np.ndarray], np.ndarray, np.ndarray], float]
+
+    @property
+    def parameter_count(self) -> int:
+        return sum(int(np.prod(s.shape, dtype=np.int64)) for s in self.param_specs)
 
 
 def without_locations(stablehlo: str) -> str:
@@ -130,7 +133,6 @@ def build_train_program(
 
     return TrainProgram(
         stablehlo=without_locations(exported.mlir_module()),
-        module_name="jit_train_step",
         param_specs=param_specs,
         opt_specs=opt_specs,
         steps_per_call=steps_per_call,

@@ -71,8 +71,5 @@ class Registry(Generic[T]):
             message += f". Install it with: pip install {package}"
         raise UnknownNameError(message)
 
-    def where(self, name: str) -> str:
-        return self.entries[name].distribution
-
     def values(self) -> list[Any]:
         return [self.entries[n].value for n in self.names()]

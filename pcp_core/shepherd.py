@@ -49,8 +49,6 @@ from pcp_core.transport import Connection, Listener, TensorHeader, TransportErro
 
 log = structlog.get_logger(__name__)
 
-HANDSHAKE_TIMEOUT_S = 30.0
-
 
 class RoundFailed(RuntimeError):
     """No worker returned a usable result for a round."""
@@ -73,7 +71,6 @@ class WorkerLink:
 
 @dataclass
 class RoundOutcome:
-    delta_sum: list[np.ndarray]  # the sum of the results' tensors (owned by the shepherd)
     results: dict[int, Result]  # worker index -> result (tensors not kept)
     bytes_sent: int
     bytes_received: int
@@ -289,9 +286,12 @@ class Shepherd:
         round_index: int,
         params: list[np.ndarray],
         delta_sum: list[np.ndarray],
-        make_assignment: Callable[[int, int], Assignment],
+        make_assignment: Callable[[int], Assignment],
     ) -> RoundOutcome:
-        """Send every worker the global params, sum their results into `delta_sum`."""
+        """Send every worker the global params, sum their results into `delta_sum`.
+
+        `make_assignment(worker_index)` gives each worker its round assignment.
+        """
         self.admit_returning()
         if not self.links:
             raise RoundFailed("no workers are connected")
@@ -304,10 +304,10 @@ class Shepherd:
         before = {link.index: (link.conn.bytes_sent, link.conn.bytes_received) for link in links}
         started = time.perf_counter()
 
-        def exchange(position: int, link: WorkerLink) -> tuple[Result | None, int]:
+        def exchange(link: WorkerLink) -> tuple[Result | None, int]:
             sink = _SummingSink(delta_sum, specs, lock)
             try:
-                assignment = make_assignment(link.index, position)
+                assignment = make_assignment(link.index)
                 assignment.tensors = tensors
                 link.conn.send(assignment)
                 reply = link.conn.receive(sink)
@@ -320,11 +320,10 @@ class Shepherd:
             if not isinstance(reply, Result) or reply.round != round_index:
                 log.warning("worker sent a bad result", worker=link.label)
                 return None, sink.added
-            reply.tensors = []
-            return reply, sink.added
+            return reply, sink.added  # its tensors went into the sum
 
         with ThreadPoolExecutor(max_workers=len(links)) as pool:
-            replies = list(pool.map(exchange, range(len(links)), links))
+            replies = list(pool.map(exchange, links))
         seconds = time.perf_counter() - started
 
         results: dict[int, Result] = {}
@@ -339,7 +338,7 @@ class Shepherd:
         received = sum(link.conn.bytes_received - before[link.index][1] for link in links)
         if not results:
             raise RoundFailed(f"round {round_index}: no worker returned a result")
-        return RoundOutcome(delta_sum, results, sent, received, seconds, discarded)
+        return RoundOutcome(results, sent, received, seconds, discarded)
 
     def _drop(self, link: WorkerLink) -> None:
         link.conn.close()

@@ -1,12 +1,14 @@
 """What every training role shares: resolving plugins, building and compiling the program."""
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from pcp_core import checkpoint
 from pcp_core.backends import Backend
-from pcp_core.config import RunConfig
+from pcp_core.config import RunConfig, to_dict
 from pcp_core.data import CharCorpus
 from pcp_core.models import Model
 from pcp_core.optimizers import InnerSettings
@@ -41,6 +43,50 @@ class TrainingSetup:
         )
         return self.program.eval_loss(params, x, y)
 
+    def evaluates_after(self, step: int, stride: int) -> bool:
+        """Whether to evaluate after a call or round of `stride` steps that ended at `step`:
+        at the end of the run, and each time a multiple of `eval_every` was passed."""
+        every = self.config.eval_every
+        return step >= self.config.steps or bool(every and step % every < stride)
+
+    def save_checkpoint(
+        self,
+        run_dir: Path,
+        params: list[np.ndarray],
+        step: int,
+        extra: dict[str, np.ndarray] | None = None,
+    ) -> None:
+        """The parameters by name (+ `extra` tensors) and what is needed to use them."""
+        tensors = dict(zip(self.param_names(), params, strict=True)) | (extra or {})
+        metadata = {
+            "step": step,
+            "model": self.config.model,
+            "model_config": self.model_config,
+            "vocabulary": self.corpus.vocabulary,
+        }
+        checkpoint.save(run_dir / "checkpoint.safetensors", tensors, metadata)
+
+    def summary(
+        self,
+        train_loss: float,
+        val_loss: float | None,
+        tokens: int,
+        tokens_per_s: float,
+        wall_time_s: float,
+    ) -> dict[str, Any]:
+        """The summary.json fields every algorithm writes; algorithms add their own."""
+        return {
+            "final_train_loss": train_loss,
+            "final_val_loss": val_loss,
+            "unigram_entropy": self.corpus.unigram_entropy(),
+            "tokens": tokens,
+            "tokens_per_s": tokens_per_s,
+            "wall_time_s": wall_time_s,
+            "backend": self.config.backend,
+            "parameters": self.program.parameter_count,
+            "config": to_dict(self.config),
+        }
+
 
 def inner_settings(config: RunConfig) -> InnerSettings:
     return InnerSettings(
@@ -56,14 +102,13 @@ def inner_settings(config: RunConfig) -> InnerSettings:
     )
 
 
-def prepare(config: RunConfig, plugins: Any, corpus: CharCorpus | None = None) -> TrainingSetup:
+def prepare(config: RunConfig, plugins: Any) -> TrainingSetup:
     """Load the data, size the model to its vocabulary and export the train program."""
     model: Model = plugins.model(config.model)
     optimizer = plugins.optimizer(config.optimizer)
     if getattr(optimizer, "role", None) != "inner":
         raise ValueError(f"optimizer {config.optimizer!r} is not an inner optimizer")
-    if corpus is None:
-        corpus = plugins.dataset(config.dataset).load(config.data)
+    corpus = plugins.dataset(config.dataset).load(config.data)
     model_config = model.config({**config.model_overrides(), "vocab_size": corpus.vocab_size})
     if "block_size" in model_config:
         corpus.check_block_size(model_config["block_size"])

@@ -4,8 +4,8 @@ import json
 from pathlib import Path
 
 import pytest
-from safetensors.numpy import load_file
 
+from pcp_core import checkpoint
 from tests.conftest import run_pcp
 
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "32"]
@@ -25,8 +25,9 @@ def test_train_writes_run_directory(tmp_path: Path) -> None:
     assert summary["backend"] == "cpu" and summary["tokens_per_s"] > 0
     assert summary["final_val_loss"] < 0.9 * summary["unigram_entropy"]  # it learned
     assert (out / "config.toml").read_text().count("steps = 60") == 1
-    params = load_file(out / "checkpoint.safetensors")
+    params, metadata = checkpoint.load(out / "checkpoint.safetensors")
     assert "wte" in params and params["wte"].shape[1] == 32
+    assert metadata["step"] == "60" and json.loads(metadata["model_config"])["n_embd"] == 32
 
 
 def test_config_file_and_flags(tmp_path: Path) -> None:
@@ -54,6 +55,16 @@ def test_bad_input_is_one_line(args: list[str], message: str) -> None:
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_diverging_run_stops_without_checkpointing_it(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    result = run_pcp(
+        "train", "--lr", "1e12", "--steps", "20", "--eval-every", "10", "--out", str(out), *TINY
+    )
+    assert result.returncode == 2
+    assert "loss became nan at step 10" in result.stderr and "Traceback" not in result.stderr
+    assert not (out / "checkpoint.safetensors").exists()
 
 
 def test_unknown_config_key_is_one_line(tmp_path: Path) -> None:

@@ -9,8 +9,7 @@ import structlog
 
 from pcp_core import distributed
 from pcp_core.algorithms import RunContext
-from pcp_core.config import ConfigError, RunConfig, to_dict
-from pcp_core.local import save_checkpoint
+from pcp_core.config import ConfigError, RunConfig
 from pcp_core.messages import Assignment
 from pcp_core.optimizers import OuterSettings
 from pcp_core.training import prepare
@@ -41,7 +40,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     outer_step = outer.create(OuterSettings(config.outer_lr, config.outer_momentum), params)
     delta_sum = [np.zeros_like(p) for p in params]
     tokens_per_round = config.inner_steps * setup.tokens_per_step()
-    totals = {"tokens": 0, "bytes_sent": 0, "bytes_received": 0, "compute_s": 0.0}
+    totals = {"tokens": 0, "bytes_sent": 0, "bytes_received": 0}
     val_loss = None
 
     with distributed.shepherd(ctx, setup, "diloco") as shepherd:
@@ -50,9 +49,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
         for index in range(rounds):
             shards = max(config.workers, *(i + 1 for i in shepherd.links))
 
-            def assignment(
-                worker: int, position: int, index: int = index, shards: int = shards
-            ) -> Assignment:
+            def assignment(worker: int, index: int = index, shards: int = shards) -> Assignment:
                 return Assignment(
                     index, config.inner_steps, (worker + index) % shards, shards, config.seed
                 )
@@ -74,7 +71,6 @@ def run(ctx: RunContext) -> dict[str, Any]:
             totals["tokens"] += tokens_per_round * len(outcome.results)
             totals["bytes_sent"] += outcome.bytes_sent
             totals["bytes_received"] += outcome.bytes_received
-            totals["compute_s"] += compute_s
             record: dict[str, Any] = {
                 "round": index,
                 "step": step,
@@ -90,29 +86,23 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 "communication_s": round(max(outcome.seconds - compute_s, 0.0), 4),
                 "discarded": outcome.discarded,
             }
-            last = index == rounds - 1
-            if last or (config.eval_every and step % config.eval_every < config.inner_steps):
+            if setup.evaluates_after(step, config.inner_steps):
                 val_loss = setup.validation_loss(params)
                 record["val_loss"] = val_loss
-                save_checkpoint(ctx, setup, params, step, extra=outer_step.state())
+                setup.save_checkpoint(ctx.run_dir, params, step, extra=outer_step.state())
             ctx.metrics.write(record)
             ctx.progress.update(
                 step, loss=record["loss"], tokens_per_s=totals["tokens"] / ctx.metrics.elapsed()
             )
 
-    return {
-        "final_train_loss": record["loss"],
-        "final_val_loss": val_loss,
-        "unigram_entropy": setup.corpus.unigram_entropy(),
+    wall_time_s = ctx.metrics.elapsed()
+    summary = setup.summary(
+        record["loss"], val_loss, totals["tokens"], totals["tokens"] / wall_time_s, wall_time_s
+    )
+    return summary | {
         "rounds": rounds,
-        "tokens": totals["tokens"],
-        "tokens_per_s": totals["tokens"] / ctx.metrics.elapsed(),
-        "wall_time_s": ctx.metrics.elapsed(),
         "bytes_sent": totals["bytes_sent"],
         "bytes_received": totals["bytes_received"],
         "setup_bytes": shepherd.setup_bytes,
         "model_bytes": int(sum(p.nbytes for p in params)),
-        "backend": config.backend,
-        "parameters": int(sum(p.size for p in params)),
-        "config": to_dict(config),
     }
