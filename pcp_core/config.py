@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from pcp_core.precision import PRECISIONS
+
 
 class ConfigError(ValueError):
     """A bad setting: unknown key, wrong type, out-of-range value."""
@@ -37,6 +39,11 @@ class RunConfig:
     n_head: int | None = _opt(None, "Attention heads.")
     n_embd: int | None = _opt(None, "Embedding width.")
     block_size: int | None = _opt(None, "Context length in characters.")
+    precision: str = _opt(
+        "f32",
+        "Matrix products: f32, or bf16 (bf16 inputs, f32 accumulation; weights, optimizer "
+        "state and what workers send stay f32).",
+    )
     # training
     steps: int = _opt(300, "Inner optimizer steps (per worker for diloco).")
     batch_size: int = _opt(16, "Sequences per step.")
@@ -100,6 +107,10 @@ class RunConfig:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
         if self.warmup_steps < 0 or self.eval_every < 0:
             raise ConfigError("warmup_steps and eval_every must not be negative")
+        if self.precision not in PRECISIONS:
+            raise ConfigError(
+                f"precision must be one of {', '.join(PRECISIONS)}: {self.precision!r}"
+            )
         if self.data is not None and not Path(self.data).is_file():
             raise ConfigError(f"data file not found: {self.data}")
         return self

@@ -11,14 +11,26 @@ Params = dict[str, Any]
 
 @dataclass(frozen=True)
 class Model:
-    """A trainable model: `init(config, seed)` and `loss(config, params, x, y)` in JAX."""
+    """A trainable model: `init(config, seed)` and `loss(config, params, x, y)` in JAX.
+
+    `loss` is called with `precision=` one of `precisions` (see `pcp_core.precision`)
+    only when that is not "f32"; a model that offers "bf16" routes its matrix
+    products through `pcp_core.precision.matmul`.
+    """
 
     name: str
     defaults: Mapping[str, int]  # the model's size knobs and their defaults
     init: Callable[[Mapping[str, int], int], Params]
-    loss: Callable[[Mapping[str, int], Params, Any, Any], Any]
+    loss: Callable[..., Any]
     validate: Callable[[Mapping[str, int]], None] = lambda config: None
+    precisions: tuple[str, ...] = ("f32",)
     description: str = ""
+
+    def check_precision(self, precision: str) -> None:
+        if precision not in self.precisions:
+            raise ValueError(
+                f"model {self.name!r} trains in {', '.join(self.precisions)}, not {precision!r}"
+            )
 
     def config(self, overrides: Mapping[str, Any]) -> dict[str, int]:
         """The model config: its defaults with the given (non-None) overrides applied."""

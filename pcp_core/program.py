@@ -75,11 +75,18 @@ def build_train_program(
     steps_per_call: int,
     batch_size: int,
     seed: int = 0,
+    precision: str = "f32",
 ) -> TrainProgram:
-    """Trace and export `steps_per_call` train steps over a [K, batch, block] stack."""
+    """Trace and export `steps_per_call` train steps over a [K, batch, block] stack.
+
+    `precision` (see `pcp_core.precision`) is the model's compute precision; the
+    parameters, optimizer state and losses are float32 whatever it is.
+    """
     import jax
     import jax.numpy as jnp
 
+    model.check_precision(precision)
+    loss_options = {} if precision == "f32" else {"precision": precision}
     block_size = model_config["block_size"]
     example = model.init(model_config, seed)
     names = list(example)
@@ -91,7 +98,7 @@ def build_train_program(
     ]
 
     def loss_of(params: dict[str, Any], x: Any, y: Any) -> Any:
-        return model.loss(model_config, params, x, y)
+        return model.loss(model_config, params, x, y, **loss_options)
 
     def train_step(params_tuple, opt_tuple, inputs, targets):
         params = dict(zip(names, params_tuple, strict=True))

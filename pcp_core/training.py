@@ -119,6 +119,7 @@ def prepare(config: RunConfig, plugins: Any) -> TrainingSetup:
         steps_per_call=config.steps_per_call,
         batch_size=config.batch_size,
         seed=config.seed,
+        precision=config.precision,
     )
     return TrainingSetup(config, model, model_config, corpus, program)
 
