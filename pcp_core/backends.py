@@ -21,6 +21,8 @@ class Backend:
     # Flag that selects the architecture; "{arch}" is replaced by the architecture.
     arch_flag: str | None = None
     extra_flags: tuple[str, ...] = ()
+    # IREE runtime flags for the driver (process-wide; parsed before it is first used).
+    runtime_flags: tuple[str, ...] = ()
     # What to install when the runtime driver or device is missing (one line).
     install_hint: str = ""
     # Returns the architecture of the local device, or None when it cannot tell.

@@ -59,11 +59,22 @@ def cache_dir() -> Path:
     return Path(platformdirs.user_cache_dir("pcp")) / "vmfb"
 
 
+def named_file_digests(flags: list[str]) -> list[str]:
+    """The sha256 of each file a `--flag=PATH` names (a tuning spec, say).
+
+    The cache key holds these as well as the flags, so editing such a file recompiles.
+    """
+    values = (flag.partition("=")[2] for flag in flags)
+    files = [Path(value) for value in values if value and Path(value).is_file()]
+    return [hashlib.sha256(path.read_bytes()).hexdigest() for path in files]
+
+
 def compile_program(stablehlo: str, backend: Backend, arch: str) -> CompiledProgram:
     """The VMFB for `stablehlo` on `backend`/`arch`, from the cache when it is there."""
     flags = backend.compile_flags(arch)
     version = iree_compiler_version()
-    key_material = "\0".join([stablehlo, backend.target, *flags, version])
+    digests = named_file_digests(flags)
+    key_material = "\0".join([stablehlo, backend.target, *flags, *digests, version])
     key = hashlib.sha256(key_material.encode()).hexdigest()
     path = cache_dir() / f"{key}.vmfb"
     if path.is_file():

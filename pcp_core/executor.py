@@ -35,14 +35,19 @@ def _first_line(error: BaseException) -> str:
     return line.split(": please", 1)[0].split("; please", 1)[0][:200]
 
 
-def _query_devices(driver: str, hint: str = "") -> tuple[Any, list[dict[str, Any]]]:
+def _query_devices(
+    driver: str, hint: str = "", runtime_flags: tuple[str, ...] = ()
+) -> tuple[Any, list[dict[str, Any]]]:
     """The IREE runtime driver and the devices it sees.
 
     A missing driver or device is a one-line `DeviceError` that ends with `hint`
-    (what to install).
+    (what to install). `runtime_flags` (a backend's) are parsed first: IREE reads
+    them when it creates the driver.
     """
     import iree.runtime as rt
 
+    if runtime_flags:
+        rt.flags.parse_flags(*runtime_flags)
     advice = f"; {hint}" if hint else ""
     try:
         hal_driver = rt.get_driver(driver)
@@ -56,9 +61,14 @@ def _query_devices(driver: str, hint: str = "") -> tuple[Any, list[dict[str, Any
     return hal_driver, devices
 
 
-def open_device(driver: str, device_index: int | None = None, hint: str = "") -> Any:
+def open_device(
+    driver: str,
+    device_index: int | None = None,
+    hint: str = "",
+    runtime_flags: tuple[str, ...] = (),
+) -> Any:
     """The HAL device `device_index` (default the first) of an IREE runtime driver."""
-    hal_driver, devices = _query_devices(driver, hint)
+    hal_driver, devices = _query_devices(driver, hint, runtime_flags)
     index = device_index or 0
     if not 0 <= index < len(devices):
         raise DeviceError(f"driver {driver!r} has {len(devices)} device(s); no device {index}")
@@ -133,6 +143,7 @@ class IreeExecutor:
         param_specs: list[TensorSpec],
         opt_specs: list[TensorSpec],
         device_index: int | None = None,
+        runtime_flags: tuple[str, ...] = (),
     ) -> None:
         import iree.runtime as rt
 
@@ -140,7 +151,8 @@ class IreeExecutor:
         self.driver = driver
         self.param_specs = param_specs
         self.opt_specs = opt_specs
-        self.config = rt.Config(device=open_device(driver, device_index))
+        device = open_device(driver, device_index, runtime_flags=runtime_flags)
+        self.config = rt.Config(device=device)
         self.context = rt.SystemContext(config=self.config)
         module = rt.VmModule.copy_buffer(self.context.instance, vmfb)
         self.context.add_vm_module(module)

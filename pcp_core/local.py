@@ -27,10 +27,17 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
     backend, arch = resolve_backend(config, ctx.plugins)
     setup = prepare(config, ctx.plugins)
     program = setup.program
-    open_device(backend.driver, config.device, backend.install_hint)  # before compiling
+    open_device(  # before compiling
+        backend.driver, config.device, backend.install_hint, backend.runtime_flags
+    )
     compiled = compile_program(program.stablehlo, backend, arch)
     executor = IreeExecutor(
-        compiled.vmfb, backend.driver, program.param_specs, program.opt_specs, config.device
+        compiled.vmfb,
+        backend.driver,
+        program.param_specs,
+        program.opt_specs,
+        config.device,
+        backend.runtime_flags,
     )
     params = setup.initial_params()
     executor.set_params(params)

@@ -104,7 +104,9 @@ def join(conn: Connection, hello: Hello, secret: bytes | None) -> int:
     return answer.worker_index
 
 
-def load_setup(setup: Setup, options: WorkerOptions) -> tuple[IreeExecutor, CharCorpus, dict]:
+def load_setup(
+    setup: Setup, options: WorkerOptions, runtime_flags: tuple[str, ...]
+) -> tuple[IreeExecutor, CharCorpus, dict]:
     """Check the shipped program's hash, load it on the device, set the inner state."""
     tensors = {t.name: t.array for t in setup.tensors}
     vmfb = tensors.pop("vmfb").tobytes()
@@ -118,7 +120,9 @@ def load_setup(setup: Setup, options: WorkerOptions) -> tuple[IreeExecutor, Char
     param_specs = [TensorSpec(n, tuple(s), d) for n, s, d in settings["param_specs"]]
     opt_specs = [TensorSpec(n, tuple(s), d) for n, s, d in settings["opt_specs"]]
     backend_driver = settings["driver"]
-    executor = IreeExecutor(vmfb, backend_driver, param_specs, opt_specs, options.device)
+    executor = IreeExecutor(
+        vmfb, backend_driver, param_specs, opt_specs, options.device, runtime_flags
+    )
     executor.set_opt_state([tensors[s.name] for s in opt_specs])
     tokens = tensors["tokens"].astype(np.int32)
     corpus = CharCorpus(settings["vocabulary"], tokens, tokens[:0], "shepherd")
@@ -129,7 +133,9 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
     """Join, then serve rounds until the shepherd says stop."""
     backend = plugins.backend(options.backend)
     arch = backend.resolve_arch(options.target)
-    open_device(backend.driver, options.device, backend.install_hint)  # fail early
+    open_device(  # fail early
+        backend.driver, options.device, backend.install_hint, backend.runtime_flags
+    )
     transport = plugins.transport(options.transport)
     name = options.name or f"{socket.gethostname()}:{os.getpid()}"
     hello = Hello(name, backend.name, arch, iree_runtime_version(), str(options.device or 0))
@@ -143,7 +149,7 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         if not isinstance(setup, Setup):
             raise JoinRefused(f"expected the program, got {type(setup).__name__}")
         try:
-            executor, corpus, settings = load_setup(setup, options)
+            executor, corpus, settings = load_setup(setup, options, backend.runtime_flags)
         except JoinRefused as error:
             conn.send(Failure(str(error)))
             raise

@@ -61,7 +61,9 @@ class BackendConformance:
         from pcp_core.executor import DeviceError, open_device
 
         try:
-            return open_device(backend.driver, hint=backend.install_hint)
+            return open_device(
+                backend.driver, hint=backend.install_hint, runtime_flags=backend.runtime_flags
+            )
         except DeviceError as error:
             pytest.skip(f"no {backend.name} device here: {error}")
 
@@ -88,7 +90,11 @@ class BackendConformance:
 
         _, config, program = reference()
         executor = IreeExecutor(
-            compiled.vmfb, backend.driver, program.param_specs, program.opt_specs
+            compiled.vmfb,
+            backend.driver,
+            program.param_specs,
+            program.opt_specs,
+            runtime_flags=backend.runtime_flags,
         )
         params = list(nanogpt.init(config, seed=0).values())
         with on_cpu():

@@ -2,7 +2,26 @@
 
 IREE 3.13 cannot target sm_90 or newer ("missing GPU target"), but sm_80 PTX is
 JIT-compiled by the driver and runs on Hopper and later, so those map to sm_80.
+
+Compile flags, each measured on the gpt-b32 step (6 layers, width 384, batch 32) on an
+H200 (benchmarks/step_time.py --backend cuda; benchmarks/README.md has the tables):
+- `--iree-codegen-transform-dialect-library=f32_matmul_spec.mlir`: shared-memory SIMT
+  configs for float32 matrix products, which IREE otherwise runs at 2-3 TFLOP/s (the
+  file says what each buys). `--iree-codegen-tuning-spec-path` would be the documented
+  flag, but IREE 3.13 ignores it for CUDA: the spec is never read.
+- No `--iree-dispatch-creation-split-matmul-reduction`: it helped the default f32 configs
+  (279 -> 161 ms) but splits every product, the short forward ones too, into partial
+  sums that cost more than they save once the products are tuned; bf16 was slower with
+  it (48.9 -> 53.7 ms).
+
+Runtime flags, measured the same way (iree-benchmark-module, 10 steps a call):
+- `--cuda_async_allocations=false`: IREE's own caching allocator for the step's
+  transient buffers instead of CUDA's stream-ordered pools: 27.2 -> 23.3 ms per bf16
+  step, 85.6 -> 81.3 ms f32. (`--cuda_use_streams=false`, CUDA graphs, was slower:
+  32.2 ms; `--cuda_allow_inline_execution` changed nothing.)
 """
+
+from importlib import resources
 
 from pcp_core import hookimpl
 from pcp_core.backends import Backend, iree_device_dump, run_quietly
@@ -31,6 +50,8 @@ def detect_arch() -> str | None:
     return arch_for(first[0]) if first else None
 
 
+F32_MATMUL_SPEC = resources.files(__name__) / "f32_matmul_spec.mlir"
+
 CUDA = Backend(
     name="cuda",
     target="cuda",
@@ -38,6 +59,8 @@ CUDA = Backend(
     default_arch=FALLBACK,
     description="NVIDIA GPUs through IREE cuda",
     arch_flag="--iree-cuda-target={arch}",
+    extra_flags=(f"--iree-codegen-transform-dialect-library={F32_MATMUL_SPEC}",),
+    runtime_flags=("--cuda_async_allocations=false",),
     detect_arch=detect_arch,
     install_hint="install the NVIDIA driver (libcuda.so) and check `nvidia-smi` sees a GPU",
 )
