@@ -2,10 +2,12 @@
 # The GPU check: run on a machine with an NVIDIA GPU, from the repository root, with a
 # python3 that has jax, optax, numpy, pytest, pluggy, typer, rich and safetensors.
 # Wheels for what it lacks (iree-base-compiler/runtime 3.13.0, pycapnp, structlog,
-# platformdirs) may be given in $WHEELS. It runs:
+# platformdirs) may be given in $WHEELS; a PYTHONPATH already set is kept (an IREE
+# compiler unpacked elsewhere, say). It runs:
 #   1. the backend conformance suite for cuda (IREE CUDA against JAX on the CPU),
 #   2. a DiLoCo run with one cuda worker and one cpu worker,
-#   3. IREE CUDA against XLA on the GPU, same train step (benchmarks/step_time.py),
+#   3. IREE CUDA against XLA on the GPU, same train step, f32 and bf16
+#      (benchmarks/step_time.py), and where the time goes (benchmarks/kernel_profile.py),
 #   4. with VULKAN=1, the conformance suite for vulkan on the GPU's Vulkan driver.
 # Figures go to $OUT (default benchmarks/results).
 set -uo pipefail
@@ -16,7 +18,7 @@ if [ -n "${WHEELS:-}" ]; then
     python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$site" \
         "$WHEELS"/*.whl
 fi
-PYTHONPATH=$(python3 scripts/register_checkout.py "$site") || exit 1
+PYTHONPATH=$(python3 scripts/register_checkout.py "$site")${PYTHONPATH:+:$PYTHONPATH} || exit 1
 export PYTHONPATH PCP_CACHE_DIR=/tmp/pcp-cache PYTHONUNBUFFERED=1 COLUMNS=160
 status=0
 step() { echo; echo "=== $*"; }
@@ -43,13 +45,19 @@ assert all(r["workers"] == 2 for r in records) and records[-1]["val_loss"] < rec
 print("DiLoCo cuda+cpu: OK, validation loss fell")
 PY
 
-step "3. IREE CUDA vs XLA on the GPU (XLA's default precision, then full f32)"
-sizes=(--sizes default shakespeare-char gpt-b32)
-python3 benchmarks/step_time.py --backend cuda "${sizes[@]}" || status=1
-cp benchmarks/results/step_time_cuda.md "$out/step_time_cuda.md" 2>/dev/null
-JAX_DEFAULT_MATMUL_PRECISION=highest python3 benchmarks/step_time.py --backend cuda \
-    "${sizes[@]}" || status=1
-cp benchmarks/results/step_time_cuda.md "$out/step_time_cuda_xla_f32.md" 2>/dev/null
+step "3. IREE CUDA vs XLA on the GPU, f32 and bf16; kernels"
+precisions=(--sizes gpt-b32 --precision f32 bf16)
+python3 benchmarks/step_time.py --backend cuda "${precisions[@]}" --results "$out" || status=1
+python3 benchmarks/step_time.py --backend cuda "${precisions[@]}" --vmfb-dir /tmp/pcp-vmfb \
+    --compile-only || status=1
+for precision in f32 bf16; do
+    JAX_PLATFORMS=cpu ncu --clock-control none --metrics gpu__time_duration.sum --csv \
+        --print-units base --log-file "/tmp/kernels_$precision.csv" \
+        python3 benchmarks/kernel_profile.py run --vmfb-dir /tmp/pcp-vmfb --precision "$precision" \
+        >/dev/null || status=1
+    python3 benchmarks/kernel_profile.py table "/tmp/kernels_$precision.csv" \
+        --out "$out/kernels_$precision.md" | head -8 || status=1
+done
 
 if [ "${VULKAN:-0}" = 1 ]; then
     step "4. conformance suite: vulkan (NVIDIA driver)"

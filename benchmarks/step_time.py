@@ -1,13 +1,22 @@
 """IREE against jax.jit (XLA) for the same train step, side by side in one process.
 
 Both run the identical program (K steps of nanoGPT + AdamW per call) on the same
-batches; the figure is the median time per step. XLA runs on JAX's default device: the
-CPU on a CPU machine, the GPU where JAX has one. Writes
+batches, at each `--precision` (see pcp_core/precision.py); the figure is the median
+time per step, and the final losses and parameters of the two are compared. XLA runs
+on JAX's default device: the CPU on a CPU machine, the GPU where JAX has one; on a GPU
+its f32 rows run at full f32 (`highest`), with XLA's TF32 default beside them. Writes
 benchmarks/results/step_time[_BACKEND].json and .md.
 
     python benchmarks/step_time.py                     # CPU: default + shakespeare-char
     python benchmarks/step_time.py --quick             # CPU: default model only
-    python benchmarks/step_time.py --backend cuda --sizes shakespeare-char gpt-b32
+    python benchmarks/step_time.py --backend cuda --sizes gpt-b32 --precision f32 bf16
+
+A GPU machine without the IREE compiler runs modules compiled elsewhere:
+
+    python benchmarks/step_time.py --backend cuda --target sm_80 --sizes gpt-b32 \
+        --precision f32 bf16 --vmfb-dir vmfb --compile-only      # here: compile
+    python benchmarks/step_time.py --backend cuda --sizes gpt-b32 \
+        --precision f32 bf16 --vmfb-dir vmfb                     # there: run
 """
 
 import argparse
@@ -18,6 +27,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -27,6 +37,7 @@ from pcp_core.compiler import compile_program
 from pcp_core.executor import IreeExecutor
 from pcp_core.malloc import retaining_env
 from pcp_core.optimizers import InnerSettings
+from pcp_core.precision import PRECISIONS
 from pcp_core.program import build_train_program
 
 RESULTS = Path(__file__).parent / "results"
@@ -50,42 +61,96 @@ SIZES = {
 }
 
 
-def measure(name: str, size: dict, corpus: data.CharCorpus, backend: Backend) -> dict:
-    import jax
+def build(size: dict, corpus: data.CharCorpus, precision: str, steps_per_call: int):
     import pcp_adamw
 
     config = nanogpt.MODEL.config({**size["model"], "vocab_size": corpus.vocab_size})
-    k, batch, calls = size["steps_per_call"], size["batch_size"], size["calls"]
     program = build_train_program(
-        nanogpt.MODEL, config, pcp_adamw.build(InnerSettings()), steps_per_call=k, batch_size=batch
+        nanogpt.MODEL,
+        config,
+        pcp_adamw.build(InnerSettings()),
+        steps_per_call=steps_per_call,
+        batch_size=size["batch_size"],
+        precision=precision,
     )
+    return config, program
+
+
+def module_path(vmfb_dir: Path, name: str, precision: str, backend: Backend, k: int) -> Path:
+    return vmfb_dir / f"{name}-{precision}-k{k}-{backend.name}.vmfb"
+
+
+def compile_into(vmfb_dir: Path, name: str, precision: str, backend: Backend, arch: str) -> None:
+    """Compile the step (and its one-step form, for kernel profiles) into `vmfb_dir`."""
+    corpus = data.load_text_file(None)
+    for k in sorted({SIZES[name]["steps_per_call"], 1}):
+        _, program = build(SIZES[name], corpus, precision, k)
+        compiled = compile_program(program.stablehlo, backend, arch)
+        vmfb_dir.mkdir(parents=True, exist_ok=True)
+        module_path(vmfb_dir, name, precision, backend, k).write_bytes(compiled.vmfb)
+        print(f"compiled {name} {precision} K={k} for {backend.name} {arch}")
+
+
+def relative_difference(ours: list[np.ndarray], theirs: list) -> float:
+    """‖ours − theirs‖ / ‖theirs‖ over all the parameters together."""
+    pairs = [(a, np.asarray(b)) for a, b in zip(ours, theirs, strict=True)]
+    difference = sum(float(np.sum((a - b) ** 2)) for a, b in pairs)
+    return (difference / sum(float(np.sum(b**2)) for _, b in pairs)) ** 0.5
+
+
+def timed_steps(step, state, batches, k: int, precision_context) -> tuple[list[float], Any]:
+    import jax
+
+    times = []
+    with precision_context:
+        for call, (x, y) in enumerate(batches):  # call 0 warms up
+            started = time.perf_counter()
+            *state, loss = step(*state, x, y)
+            loss = np.asarray(jax.block_until_ready(loss))
+            if call:
+                times.append((time.perf_counter() - started) / k)
+    return times, (state, loss)
+
+
+def measure(
+    name: str, precision: str, corpus: data.CharCorpus, backend: Backend, vmfb_dir: Path | None
+) -> dict:
+    import jax
+
+    size = SIZES[name]
+    k, batch, calls = size["steps_per_call"], size["batch_size"], size["calls"]
+    config, program = build(size, corpus, precision, k)
     arch = backend.resolve_arch()
-    compiled = compile_program(program.stablehlo, backend, arch)
-    executor = IreeExecutor(compiled.vmfb, backend.driver, program.param_specs, program.opt_specs)
+    if vmfb_dir:
+        vmfb = module_path(vmfb_dir, name, precision, backend, k).read_bytes()
+    else:
+        vmfb = compile_program(program.stablehlo, backend, arch).vmfb
+    specs = program.param_specs, program.opt_specs
+    executor = IreeExecutor(vmfb, backend.driver, *specs, runtime_flags=backend.runtime_flags)
     params = list(nanogpt.init(config, 0).values())
     opt_state = program.init_opt_state(params)
     executor.set_params(params)
     executor.set_opt_state(opt_state)
-    jax_state = (tuple(params), tuple(opt_state))
     batches = [
         corpus.batches("train", k, batch, config["block_size"], (0, c)) for c in range(calls + 1)
     ]
 
-    iree_times, jax_times = [], []
-    for call, (x, y) in enumerate(batches):  # call 0 warms both up
+    iree_times = []
+    for call, (x, y) in enumerate(batches):  # call 0 warms up
         started = time.perf_counter()
         iree_loss = executor.run(x, y)
-        iree_s = time.perf_counter() - started
-        started = time.perf_counter()
-        *jax_state, jax_loss = program.jax_step(*jax_state, x, y)
-        jax_loss = np.asarray(jax.block_until_ready(jax_loss))
-        jax_s = time.perf_counter() - started
         if call:
-            iree_times.append(iree_s / k)
-            jax_times.append(jax_s / k)
+            iree_times.append((time.perf_counter() - started) / k)
+    on_gpu = jax.default_backend() != "cpu"
+    full_f32 = jax.default_matmul_precision("highest" if precision == "f32" else None)
+    start = (tuple(params), tuple(opt_state))
+    jax_times, ((jax_params, _), jax_loss) = timed_steps(
+        program.jax_step, start, batches, k, full_f32
+    )
     iree_ms, jax_ms = statistics.median(iree_times) * 1e3, statistics.median(jax_times) * 1e3
-    return {
+    row = {
         "size": name,
+        "precision": precision,
         "compile_flags": backend.compile_flags(arch),
         "model": config,
         "batch_size": batch,
@@ -96,7 +161,14 @@ def measure(name: str, size: dict, corpus: data.CharCorpus, backend: Backend) ->
         "xla_over_iree": round(jax_ms / iree_ms, 3),
         "final_loss_iree": float(iree_loss[-1]),
         "final_loss_jax": float(jax_loss[-1]),
+        "params_relative_difference": relative_difference(executor.params(), jax_params),
     }
+    if on_gpu and precision == "f32":  # XLA's default on a GPU: TF32 matrix products
+        tf32_times, _ = timed_steps(
+            program.jax_step, start, batches, k, jax.default_matmul_precision(None)
+        )
+        row["jax_tf32_ms_per_step"] = round(statistics.median(tf32_times) * 1e3, 2)
+    return row
 
 
 def retain_freed_memory() -> None:
@@ -118,35 +190,61 @@ def main() -> None:
     parser.add_argument(
         "--sizes", nargs="+", choices=list(SIZES), default=["default", "shakespeare-char"]
     )
+    parser.add_argument("--precision", nargs="+", choices=PRECISIONS, default=["f32"])
+    parser.add_argument("--target", help="architecture to compile for (default: detect)")
+    parser.add_argument("--vmfb-dir", type=Path, help="modules compiled by --compile-only")
+    parser.add_argument("--compile-only", action="store_true", help="fill --vmfb-dir, run none")
+    parser.add_argument("--results", type=Path, default=RESULTS, help="where figures go")
     parser.add_argument("--system-malloc", action="store_true", help="glibc malloc defaults")
     args = parser.parse_args()
+    if args.compile_only and not args.vmfb_dir:
+        parser.error("--compile-only needs --vmfb-dir")
     if args.backend == "cpu" and not args.system_malloc:
         retain_freed_memory()
     backend = plugins.host().backend(args.backend)
-    corpus = data.load_text_file(None)
     names = ["default"] if args.quick else args.sizes
-    rows = [measure(name, SIZES[name], corpus, backend) for name in names]
+    runs = [(name, precision) for name in names for precision in args.precision]
+    if args.compile_only:
+        arch = backend.resolve_arch(args.target)
+        for name, precision in runs:
+            compile_into(args.vmfb_dir, name, precision, backend, arch)
+        return
+    corpus = data.load_text_file(None)
+    rows = [measure(name, precision, corpus, backend, args.vmfb_dir) for name, precision in runs]
+    write_results(args.results, args.backend, rows)
+
+
+def write_results(results: Path, backend: str, rows: list[dict]) -> None:
+    import jax
+
     machine = {
         "cpu_count": os.cpu_count(),
         "machine": platform.machine(),
         "processor": platform.processor(),
+        "xla_device": str(jax.devices()[0].device_kind),
         "glibc_tunables": os.environ.get("GLIBC_TUNABLES", ""),
     }
-    RESULTS.mkdir(exist_ok=True)
-    stem = "step_time" if args.backend == "cpu" else f"step_time_{args.backend}"
-    (RESULTS / f"{stem}.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
+    results.mkdir(parents=True, exist_ok=True)
+    stem = "step_time" if backend == "cpu" else f"step_time_{backend}"
+    (results / f"{stem}.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
+    tf32 = any("jax_tf32_ms_per_step" in r for r in rows)
     lines = [
-        f"| size | params | batch | IREE {args.backend} ms/step | XLA ms/step | XLA/IREE |",
-        "|---|---|---|---|---|---|",
+        f"IREE {backend} against XLA on {machine['xla_device']}, ms per step (median)\n",
+        f"| size | precision | params | batch | IREE | XLA | XLA/IREE |"
+        f"{' XLA TF32 |' if tf32 else ''} loss IREE / XLA | params rel. diff |",
+        f"|---|---|---|---|---|---|---|{'---|' if tf32 else ''}---|---|",
     ]
     lines += [
-        f"| {r['size']} | {r['parameters']:,} | {r['batch_size']} | {r['iree_ms_per_step']} "
-        f"| {r['jax_ms_per_step']} | {r['xla_over_iree']} |"
+        f"| {r['size']} | {r['precision']} | {r['parameters']:,} | {r['batch_size']} "
+        f"| {r['iree_ms_per_step']} | {r['jax_ms_per_step']} | {r['xla_over_iree']} |"
+        + (f" {r.get('jax_tf32_ms_per_step', '')} |" if tf32 else "")
+        + f" {r['final_loss_iree']:.4f} / {r['final_loss_jax']:.4f} "
+        f"| {r['params_relative_difference']:.1e} |"
         for r in rows
     ]
     if machine["glibc_tunables"]:
         lines.append(f"\nGLIBC_TUNABLES={machine['glibc_tunables']}")
-    (RESULTS / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    (results / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 
