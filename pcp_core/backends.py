@@ -8,6 +8,8 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pcp_core.precision import PRECISIONS
+
 
 @dataclass(frozen=True)
 class Backend:
@@ -23,6 +25,8 @@ class Backend:
     extra_flags: tuple[str, ...] = ()
     # IREE runtime flags for the driver (process-wide; parsed before it is first used).
     runtime_flags: tuple[str, ...] = ()
+    # The run precisions (pcp_core.precision) its target compiles.
+    precisions: tuple[str, ...] = PRECISIONS
     # What to install when the runtime driver or device is missing (one line).
     install_hint: str = ""
     # Returns the architecture of the local device, or None when it cannot tell.
@@ -37,6 +41,13 @@ class Backend:
             if detected:
                 return detected
         return self.default_arch
+
+    def check_precision(self, precision: str) -> None:
+        if precision not in self.precisions:
+            raise ValueError(
+                f"backend {self.name!r} cannot train in {precision} "
+                f"(it supports {', '.join(self.precisions)})"
+            )
 
     def compile_flags(self, arch: str) -> list[str]:
         flags = [self.arch_flag.format(arch=arch)] if self.arch_flag else []

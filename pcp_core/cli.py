@@ -142,7 +142,7 @@ def run_algorithm(config: run_config.RunConfig, local_workers: bool) -> dict[str
     host = plugins.host()
     algorithm = host.algorithm(config.algorithm)
     for backend in {config.backend, *config.local_worker_backends()}:
-        host.backend(backend)  # fail on an unknown backend before any work
+        host.backend(backend).check_precision(config.precision)  # fail before any work
     run_dir = Path(config.out) if config.out else new_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(run_config.to_toml(config), encoding="utf-8")

@@ -187,7 +187,8 @@ class Shepherd:
             return None
         try:
             backend: Backend = self.plugins.backend(hello.backend)
-        except UnknownNameError as error:
+            backend.check_precision(self.setup.config.precision)
+        except (UnknownNameError, ValueError) as error:
             self._refuse(conn, f"the shepherd cannot compile for this worker: {error}")
             return None
         try:

@@ -126,4 +126,5 @@ def prepare(config: RunConfig, plugins: Any) -> TrainingSetup:
 
 def resolve_backend(config: RunConfig, plugins: Any) -> tuple[Backend, str]:
     backend: Backend = plugins.backend(config.backend)
+    backend.check_precision(config.precision)
     return backend, backend.resolve_arch(config.target)

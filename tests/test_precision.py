@@ -140,3 +140,17 @@ def test_bf16_loss_curve_follows_f32_on_tinyshakespeare() -> None:
     np.testing.assert_array_less(np.abs(bf16_val - f32_val), 0.02 * f32_val)
     window_means = [curve.reshape(-1, 50).mean(axis=1) for curve in (bf16_train, f32_train)]
     np.testing.assert_array_less(np.abs(window_means[0] - window_means[1]), 0.05)
+
+
+def test_backend_without_bf16_refuses_it_in_one_line(tmp_path: Path) -> None:
+    for command in (["train", "--backend", "vulkan"], ["compile", "--backend", "metal"]):
+        result = run_pcp(
+            *command,
+            "--precision",
+            "bf16",
+            "-o" if "compile" in command else "--out",
+            str(tmp_path / "x"),
+        )
+        assert result.returncode == 2, result.stderr
+        assert "cannot train in bf16 (it supports f32)" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr

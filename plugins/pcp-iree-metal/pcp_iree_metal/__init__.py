@@ -24,6 +24,9 @@ METAL = Backend(
     arch_flag="--iree-metal-target-platform={arch}",
     detect_arch=detect_arch,
     install_hint="the metal driver exists only on macOS, in an iree-base-runtime built for it",
+    # IREE 3.13's SPIR-V path cannot compile bf16 products ("failed to legalize
+    # operation 'vector.bitcast'"; "no GPU subgroup mma compute ops generated").
+    precisions=("f32",),
 )
 
 

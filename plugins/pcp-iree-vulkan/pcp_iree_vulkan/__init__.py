@@ -45,6 +45,9 @@ VULKAN = Backend(
         "install a Vulkan loader and driver, e.g. `apt-get install libvulkan1 "
         "mesa-vulkan-drivers` (CPU: lavapipe) or your GPU vendor's driver"
     ),
+    # IREE 3.13's SPIR-V path cannot compile bf16 products ("failed to legalize
+    # operation 'vector.bitcast'"; "no GPU subgroup mma compute ops generated").
+    precisions=("f32",),
 )
 
 
