@@ -17,7 +17,7 @@ import structlog
 import typer
 
 from pcp_core import config as run_config
-from pcp_core import plugins
+from pcp_core import exit_codes, plugins
 from pcp_core.registry import DuplicateNameError, UnknownNameError
 
 app = typer.Typer(
@@ -53,7 +53,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def fail(message: str, code: int = 2) -> None:
+def fail(message: str, code: int = exit_codes.CONFIGURATION) -> None:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code)
 
@@ -141,8 +141,13 @@ def run_algorithm(config: run_config.RunConfig, local_workers: bool) -> dict[str
 
     host = plugins.host()
     algorithm = host.algorithm(config.algorithm)
-    for backend in {config.backend, *config.local_worker_backends()}:
-        host.backend(backend).check_precision(config.precision)  # fail before any work
+    for name in {config.backend, *config.local_worker_backends()}:
+        host.backend(name).check_precision(config.precision)  # fail before any work
+    if local_workers:  # no worker starts, to crash and be restarted, without a device
+        from pcp_core.executor import require_device
+
+        for name in sorted(set(config.local_worker_backends())):
+            require_device(host.backend(name), config.device)
     run_dir = Path(config.out) if config.out else new_run_dir()
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(run_config.to_toml(config), encoding="utf-8")
@@ -190,7 +195,7 @@ def run_or_explain(body: Callable[[], None]) -> None:
         body()
     except KeyboardInterrupt:
         typer.secho("interrupted", fg=typer.colors.YELLOW, err=True)
-        raise typer.Exit(130) from None
+        raise typer.Exit(exit_codes.INTERRUPTED) from None
     except _user_errors() as error:
         fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
 
@@ -338,9 +343,9 @@ def worker(
             worker_runtime.run_worker(options, plugins.host())
         except (worker_runtime.JoinRefused, AuthError) as error:
             typer.secho(f"error: refused: {error}", fg=typer.colors.RED, err=True)
-            raise typer.Exit(worker_runtime.EXIT_REFUSED) from None
+            raise typer.Exit(exit_codes.REFUSED) from None
         except TransportError as error:
-            fail(f"lost the shepherd: {error}", code=1)
+            fail(f"lost the shepherd: {error}", code=exit_codes.CRASHED)
 
     run_or_explain(body)
 

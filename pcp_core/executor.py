@@ -69,13 +69,28 @@ def open_device(
 ) -> Any:
     """The HAL device `device_index` (default the first) of an IREE runtime driver."""
     hal_driver, devices = _query_devices(driver, hint, runtime_flags)
-    index = device_index or 0
-    if not 0 <= index < len(devices):
-        raise DeviceError(f"driver {driver!r} has {len(devices)} device(s); no device {index}")
+    index = _device_index(driver, devices, device_index)
     try:
         return hal_driver.create_device(devices[index]["device_id"])
     except (RuntimeError, ValueError) as error:
         raise DeviceError(f"cannot open {driver!r} device {index}: {_first_line(error)}") from None
+
+
+def _device_index(driver: str, devices: list[dict[str, Any]], device_index: int | None) -> int:
+    index = device_index or 0
+    if not 0 <= index < len(devices):
+        raise DeviceError(f"driver {driver!r} has {len(devices)} device(s); no device {index}")
+    return index
+
+
+def require_device(backend: Any, device_index: int | None = None) -> None:
+    """Fail now, in one line that says what to install, if `backend` has no device here.
+
+    Cheaper than `open_device` (no device is created), so a run can check every local
+    worker's backend before it starts any of them.
+    """
+    _, devices = _query_devices(backend.driver, backend.install_hint, backend.runtime_flags)
+    _device_index(backend.driver, devices, device_index)
 
 
 def describe_devices(backend: Any) -> dict[str, Any]:

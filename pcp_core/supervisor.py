@@ -1,8 +1,9 @@
 """The supervisor: a light parent that restarts its worker process after a crash.
 
-Restarts back off exponentially (1 s, 2 s, 4 s … up to 30 s). A clean exit (0), a
-refusal (the worker's exit code 3: retrying cannot fix a wrong secret or version)
-or Ctrl-C ends supervision.
+Restarts back off exponentially (1 s, 2 s, 4 s … up to 30 s). A clean exit, a
+configuration error (no device, missing driver, bad input), a refusal (a wrong secret
+or version) or Ctrl-C ends supervision: restarting cannot fix those
+(`pcp_core.exit_codes`).
 """
 
 import contextlib
@@ -14,11 +15,9 @@ from pathlib import Path
 
 import structlog
 
-from pcp_core.worker import EXIT_REFUSED
+from pcp_core import exit_codes
 
 log = structlog.get_logger(__name__)
-
-FINAL_EXIT_CODES = {0, EXIT_REFUSED, 130}
 
 
 class Supervisor:
@@ -63,10 +62,10 @@ class Supervisor:
         while True:
             with self._lock:
                 if self._stopping.is_set():
-                    return 130
+                    return exit_codes.INTERRUPTED
                 self.process = self._spawn()
             code = self.process.wait()
-            if code in FINAL_EXIT_CODES or self._stopping.is_set():
+            if code in exit_codes.FINAL or self._stopping.is_set():
                 return code
             if self.restarts >= self.max_restarts:
                 log.error("worker keeps crashing; giving up", code=code, restarts=self.restarts)
@@ -74,7 +73,7 @@ class Supervisor:
             self.restarts += 1
             log.warning("worker crashed; restarting", code=code, restart=self.restarts, in_s=delay)
             if self._stopping.wait(delay):
-                return 130
+                return exit_codes.INTERRUPTED
             delay = min(delay * 2, self.max_backoff_s)
 
     def start(self) -> threading.Thread:

@@ -37,9 +37,6 @@ from pcp_core.transport import Connection, TransportOptions
 
 log = structlog.get_logger(__name__)
 
-# Exit codes the supervisor understands: retrying cannot fix a refusal.
-EXIT_REFUSED = 3
-
 
 class JoinRefused(RuntimeError):
     """The shepherd refused this worker, or failed to prove it knows the secret."""
