@@ -1,22 +1,22 @@
 #!/usr/bin/env bash
 # System packages the tests use: a Vulkan loader and Mesa's lavapipe, so the Vulkan
 # backend trains for real on a machine without a GPU. Without them (no apt-get, not
-# root) the Vulkan device tests skip with the reason.
+# root) the Vulkan device tests skip with the reason, except under CI (CI set), where
+# this script fails instead.
 set -euo pipefail
 packages=(libvulkan1 mesa-vulkan-drivers)
 if dpkg -s "${packages[@]}" >/dev/null 2>&1; then
     exit 0
 fi
-if ! command -v apt-get >/dev/null; then
-    echo "system-deps: no apt-get; Vulkan device tests will skip" >&2
+cannot() {
+    if [ -n "${CI:-}" ]; then echo "system-deps: $1; CI needs them" >&2; exit 1; fi
+    echo "system-deps: $1; Vulkan device tests will skip" >&2
     exit 0
-fi
+}
+if ! command -v apt-get >/dev/null; then cannot "no apt-get"; fi
 sudo=""
 if [ "$(id -u)" != 0 ]; then
-    if command -v sudo >/dev/null; then sudo="sudo"; else
-        echo "system-deps: not root and no sudo; Vulkan device tests will skip" >&2
-        exit 0
-    fi
+    if command -v sudo >/dev/null; then sudo="sudo"; else cannot "not root and no sudo"; fi
 fi
 $sudo apt-get update -qq
 DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${packages[@]}" >/dev/null
