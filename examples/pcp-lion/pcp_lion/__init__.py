@@ -1,0 +1,59 @@
+"""Lion: the sign of an interpolated momentum, with decoupled weight decay.
+
+For a gradient g, momentum m, parameters θ and learning rate η:
+    update = −η · (sign(β₁·m + (1−β₁)·g) + λ·θ)      (λ on matrices only)
+    m ← β₂·m + (1−β₂)·g
+with PCP's usual schedule (linear warmup, then cosine decay) and global-norm clipping.
+"""
+
+from typing import Any, NamedTuple
+
+from pcp_core import hookimpl
+from pcp_core.optimizers import GradientTransformation, InnerOptimizer, InnerSettings
+
+
+class LionState(NamedTuple):
+    count: Any  # int32 scalar: steps taken
+    momentum: Any  # a tree like the parameters
+
+
+def build(settings: InnerSettings) -> GradientTransformation:
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    schedule = optax.warmup_cosine_decay_schedule(
+        init_value=0.0,
+        peak_value=settings.lr,
+        warmup_steps=max(settings.warmup_steps, 0),
+        decay_steps=max(settings.total_steps, settings.warmup_steps + 1),
+        end_value=settings.min_lr,
+    )
+    b1, b2, decay = settings.beta1, settings.beta2, settings.weight_decay
+
+    def init(params: Any) -> LionState:
+        return LionState(jnp.zeros([], jnp.int32), jax.tree_util.tree_map(jnp.zeros_like, params))
+
+    def update(grads: Any, state: LionState, params: Any) -> tuple[Any, LionState]:
+        lr = schedule(state.count)
+
+        def step(g, m, p):
+            direction = jnp.sign(b1 * m + (1 - b1) * g)
+            return -lr * (direction + decay * p if p.ndim >= 2 else direction)
+
+        updates = jax.tree_util.tree_map(step, grads, state.momentum, params)
+        momentum = jax.tree_util.tree_map(lambda g, m: b2 * m + (1 - b2) * g, grads, state.momentum)
+        return updates, LionState(state.count + 1, momentum)
+
+    lion = optax.GradientTransformation(init, update)
+    if settings.grad_clip > 0:
+        return optax.chain(optax.clip_by_global_norm(settings.grad_clip), lion)
+    return lion
+
+
+LION = InnerOptimizer(name="lion", build=build, description="Lion (sign momentum), an example")
+
+
+@hookimpl
+def pcp_register_optimizers(register) -> None:
+    register(LION)
