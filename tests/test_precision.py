@@ -6,12 +6,11 @@ import numpy as np
 import pytest
 
 from pcp_core import data, nanogpt, precision
-from pcp_core.compiler import compile_program
 from pcp_core.config import ConfigError, RunConfig
-from pcp_core.executor import IreeExecutor
 from pcp_core.optimizers import InnerSettings
 from pcp_core.program import build_train_program
 from tests.conftest import run_pcp
+from tests.test_program import train_side_by_side
 
 SHAKESPEARE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32}
@@ -50,32 +49,15 @@ def test_bf16_gradients_stay_close_to_f32() -> None:
 
 def test_iree_cpu_matches_jax_in_bf16() -> None:
     import pcp_adamw
-    import pcp_cpu
 
     corpus = data.load_text_file(None)
     config = nanogpt.MODEL.config({**TINY, "vocab_size": corpus.vocab_size})
     tx = pcp_adamw.build(InnerSettings(lr=3e-3, warmup_steps=2, total_steps=12, eps=1e-6))
     program = build_train_program(nanogpt.MODEL, config, tx, 4, 8, precision="bf16")
     assert "bf16" in program.stablehlo
-    compiled = compile_program(program.stablehlo, pcp_cpu.CPU, pcp_cpu.CPU.resolve_arch())
-    executor = IreeExecutor(compiled.vmfb, "local-task", program.param_specs, program.opt_specs)
-    params = list(nanogpt.init(config, seed=0).values())
-    opt_state = program.init_opt_state(params)
-    executor.set_params(params)
-    executor.set_opt_state(opt_state)
-    jax_state = (tuple(params), tuple(opt_state))
-    for call in range(3):
-        x, y = corpus.batches("train", 4, 8, 32, stream=(0, call))
-        iree_losses = executor.run(x, y)
-        *jax_state, jax_losses = program.jax_step(*jax_state, x, y)
-        np.testing.assert_allclose(iree_losses, np.asarray(jax_losses), rtol=2e-3)
-    assert (
-        relative_error(
-            np.concatenate([p.ravel() for p in executor.params()]),
-            np.concatenate([np.ravel(p) for p in jax_state[0]]),
-        )
-        < 1e-3
-    )
+    executor, jax_params, _, _ = train_side_by_side(corpus, config, program, rtol=2e-3)
+    ours = np.concatenate([p.ravel() for p in executor.params()])
+    assert relative_error(ours, np.concatenate([np.ravel(p) for p in jax_params])) < 1e-3
 
 
 def test_unknown_precision_is_a_clear_error() -> None:

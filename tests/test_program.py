@@ -31,10 +31,11 @@ def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
     return float(np.linalg.norm(actual - expected) / max(np.linalg.norm(expected), 1e-12))
 
 
-def test_iree_cpu_matches_jax(corpus: data.CharCorpus, program) -> None:
+def train_side_by_side(corpus: data.CharCorpus, config, prog, rtol: float):
+    """Three calls of `prog` through IREE on the CPU and through JAX from the same start,
+    their losses equal to `rtol`; returns the executor, JAX's state and IREE's losses."""
     import pcp_cpu
 
-    config, prog = program
     compiled = compile_program(prog.stablehlo, pcp_cpu.CPU, pcp_cpu.CPU.resolve_arch())
     executor = IreeExecutor(compiled.vmfb, "local-task", prog.param_specs, prog.opt_specs)
     params = list(nanogpt.init(config, seed=0).values())
@@ -43,10 +44,16 @@ def test_iree_cpu_matches_jax(corpus: data.CharCorpus, program) -> None:
     executor.set_opt_state(opt_state)
     jax_params, jax_opt = tuple(params), tuple(opt_state)
     for call in range(3):
-        x, y = corpus.batches("train", 4, 8, 32, stream=(0, call))
+        x, y = corpus.batches("train", 4, 8, config["block_size"], stream=(0, call))
         iree_losses = executor.run(x, y)
         jax_params, jax_opt, jax_losses = prog.jax_step(jax_params, jax_opt, x, y)
-        np.testing.assert_allclose(iree_losses, np.asarray(jax_losses), rtol=1e-4)
+        np.testing.assert_allclose(iree_losses, np.asarray(jax_losses), rtol=rtol)
+    return executor, jax_params, jax_opt, iree_losses
+
+
+def test_iree_cpu_matches_jax(corpus: data.CharCorpus, program) -> None:
+    config, prog = program
+    executor, jax_params, jax_opt, iree_losses = train_side_by_side(corpus, config, prog, 1e-4)
     assert iree_losses[-1] < iree_losses[0]  # it learns
     for spec, ours, theirs in zip(prog.param_specs, executor.params(), jax_params, strict=True):
         assert relative_error(ours, np.asarray(theirs)) < 1e-4, spec.name
