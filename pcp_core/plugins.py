@@ -61,6 +61,24 @@ def strict_mode() -> bool:
     return os.environ.get("PCP_STRICT_PLUGINS", "") not in ("", "0", "false", "no")
 
 
+def api_mismatch(module: Any) -> str | None:
+    """Why `module` cannot be loaded by this core's plugin API, or None if it can."""
+    from pcp_core import PLUGIN_API
+
+    declared = getattr(module, "PCP_PLUGIN_API", None)
+    if declared is None:
+        return (
+            f"not loaded: {module.__name__} declares no PCP_PLUGIN_API "
+            f"(this pcp-core speaks plugin API {PLUGIN_API})"
+        )
+    if declared != PLUGIN_API:
+        return (
+            f"not loaded: written for plugin API {declared!r}, "
+            f"this pcp-core speaks plugin API {PLUGIN_API}"
+        )
+    return None
+
+
 def _short_error(error: BaseException) -> str:
     frame = traceback.extract_tb(error.__traceback__)[-1:] if error.__traceback__ else []
     where = f" ({frame[0].filename}:{frame[0].lineno})" if frame else ""
@@ -97,6 +115,11 @@ class PluginHost:
             except Exception as error:  # a broken plugin must not take the host down
                 self._record(key, version).errors.append(f"import failed: {_short_error(error)}")
                 log.warning("plugin failed to load", distribution=key, error=str(error))
+                continue
+            incompatible = api_mismatch(module)
+            if incompatible:
+                self._record(key, version).errors.append(incompatible)
+                log.warning("plugin not loaded", distribution=key, reason=incompatible)
                 continue
             self._add_plugin(module, key, version)
         self._fill_registries()

@@ -15,6 +15,8 @@ GOOD = """
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
 
+PCP_PLUGIN_API = 1
+
 @hookimpl
 def pcp_register_backends(register):
     register(Backend(name="fake", target="llvm-cpu", driver="local-sync", default_arch="generic"))
@@ -25,6 +27,8 @@ BROKEN = "raise ImportError('this plugin is broken on purpose')\n"
 DUPLICATE = """
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
+
+PCP_PLUGIN_API = 1
 
 @hookimpl
 def pcp_register_backends(register):
@@ -69,6 +73,23 @@ def test_strict_mode_fails_on_broken_plugin(site: Path) -> None:
     result = run_pcp("plugins", env=plugin_env(site, PCP_STRICT_PLUGINS="1"))
     assert result.returncode != 0
     assert "pcp-broken" in result.stderr and "broken on purpose" in result.stderr
+
+
+@pytest.mark.parametrize(
+    ("declaration", "reason"),
+    [("PCP_PLUGIN_API = 99", "written for plugin API 99"), ("", "declares no PCP_PLUGIN_API")],
+)
+def test_plugin_for_another_api_is_listed_not_loaded(
+    site: Path, declaration: str, reason: str
+) -> None:
+    source = GOOD.replace("PCP_PLUGIN_API = 1", declaration).replace('"fake"', '"future"')
+    install_fake_plugin(site, "pcp-future", "pcp_future", source)
+    records = listed(run_pcp("plugins", "--json", env=plugin_env(site)))
+    assert records["pcp-future"]["registered"] == []
+    assert reason in records["pcp-future"]["errors"][0]
+    assert "plugin API 1" in records["pcp-future"]["errors"][0]
+    result = run_pcp("train", "--backend", "future", env=plugin_env(site))
+    assert result.returncode == 2 and "unknown backend 'future'" in result.stderr
 
 
 def test_only_and_disable_filters(site: Path) -> None:

@@ -1,6 +1,31 @@
-"""Test kit for plugin authors: installing throwaway plugins, conformance suites."""
+"""Test kit for plugin authors: the conformance suites and throwaway plugin installs.
 
+Every kind of plugin has a suite to subclass with its name (three lines, see
+docs/plugins.md); `pcp_core.testing.pytest_plugin` is loaded by pytest on its own.
+"""
+
+from importlib import import_module
 from pathlib import Path
+from typing import Any
+
+SUITES = {
+    "AlgorithmConformance": "algorithm_suite",
+    "BackendConformance": "backend_suite",
+    "DatasetConformance": "dataset_suite",
+    "InnerOptimizerConformance": "optimizer_suite",
+    "ModelConformance": "model_suite",
+    "OuterOptimizerConformance": "optimizer_suite",
+    "TransportConformance": "transport_suite",
+}
+
+__all__ = [*SUITES, "install_fake_plugin"]
+
+
+def __getattr__(name: str) -> Any:
+    """The suites import pytest and numpy: loaded only when a test asks for one."""
+    if name in SUITES:
+        return getattr(import_module(f"pcp_core.testing.{SUITES[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def install_fake_plugin(

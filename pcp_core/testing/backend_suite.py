@@ -9,40 +9,18 @@ it and compares loss and params with JAX on the CPU, and checks that the trainin
 state stays on the device between calls; and checks the error for a missing device.
 """
 
-from functools import cache
 from typing import Any, ClassVar
 
-import numpy as np
 import pytest
 
-REFERENCE_MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16}
-STEPS_PER_CALL, BATCH, CALLS = 2, 4, 3
-
-
-def on_cpu() -> Any:
-    """JAX runs the reference on the CPU, also on a machine whose default is a GPU."""
-    import jax
-
-    return jax.default_device(jax.devices("cpu")[0])
-
-
-@cache
-def reference() -> tuple[Any, Any, Any]:
-    """The corpus, model config and train program every backend is checked with."""
-    from pcp_core import data, nanogpt, plugins
-    from pcp_core.optimizers import InnerSettings
-    from pcp_core.program import build_train_program
-
-    corpus = data.load_text_file(None)
-    config = nanogpt.MODEL.config({**REFERENCE_MODEL, "vocab_size": corpus.vocab_size})
-    adamw = plugins.host().optimizer("adamw")
-    # eps 1e-6, not 1e-8: the attention key bias has an exactly-zero gradient, and a tiny
-    # eps would let Adam turn each backend's rounding noise there into real updates.
-    settings = InnerSettings(lr=3e-3, warmup_steps=1, total_steps=STEPS_PER_CALL * CALLS, eps=1e-6)
-    tx = adamw.build(settings)
-    with on_cpu():
-        program = build_train_program(nanogpt.MODEL, config, tx, STEPS_PER_CALL, BATCH)
-    return corpus, config, program
+from pcp_core.testing.reference import (
+    BATCH,
+    STEPS_PER_CALL,
+    assert_matches_jax,
+    initial_params,
+    open_executor,
+    reference,
+)
 
 
 class BackendConformance:
@@ -84,45 +62,13 @@ class BackendConformance:
         for arch in self.compile_archs:
             assert compile_program(reference()[2].stablehlo, backend, arch).vmfb
 
-    def _executor(self, backend: Any, compiled: Any) -> tuple[Any, list[np.ndarray], list]:
-        from pcp_core import nanogpt
-        from pcp_core.executor import IreeExecutor
-
-        _, config, program = reference()
-        executor = IreeExecutor(
-            compiled.vmfb,
-            backend.driver,
-            program.param_specs,
-            program.opt_specs,
-            runtime_flags=backend.runtime_flags,
-        )
-        params = list(nanogpt.init(config, seed=0).values())
-        with on_cpu():
-            opt_state = program.init_opt_state(params)
-        executor.set_params(params)
-        executor.set_opt_state(opt_state)
-        return executor, params, opt_state
-
     def test_matches_jax_on_cpu(self, backend: Any, compiled: Any, device_or_skip: Any) -> None:
-        corpus, config, program = reference()
-        executor, params, opt_state = self._executor(backend, compiled)
-        jax_params, jax_opt = tuple(params), tuple(opt_state)
-        for call in range(CALLS):
-            x, y = corpus.batches("train", STEPS_PER_CALL, BATCH, config["block_size"], (0, call))
-            losses = executor.run(x, y)
-            with on_cpu():
-                jax_params, jax_opt, jax_losses = program.jax_step(jax_params, jax_opt, x, y)
-            np.testing.assert_allclose(losses, np.asarray(jax_losses), rtol=self.rtol)
-        for spec, ours, theirs in zip(
-            program.param_specs, executor.params(), jax_params, strict=True
-        ):
-            theirs = np.asarray(theirs)
-            error = np.linalg.norm(ours - theirs) / max(np.linalg.norm(theirs), 1e-12)
-            assert error < self.rtol, f"{spec.name}: relative error {error:.2e}"
+        _, config, _ = reference()
+        assert_matches_jax(backend, compiled.vmfb, reference(), initial_params(config), self.rtol)
 
     def test_state_stays_on_device(self, backend: Any, compiled: Any, device_or_skip: Any) -> None:
-        corpus, config, _ = reference()
-        executor, _, _ = self._executor(backend, compiled)
+        corpus, config, program = reference()
+        executor = open_executor(backend, compiled.vmfb, program, initial_params(config))
         for call in range(2):
             x, y = corpus.batches("train", STEPS_PER_CALL, BATCH, config["block_size"], (0, call))
             executor.run(x, y)

@@ -11,6 +11,8 @@ from typing import Any, NamedTuple
 from pcp_core import hookimpl
 from pcp_core.optimizers import GradientTransformation, InnerOptimizer, InnerSettings
 
+PCP_PLUGIN_API = 1  # the pcp_core.PLUGIN_API this plugin is written for
+
 
 class LionState(NamedTuple):
     count: Any  # int32 scalar: steps taken

@@ -8,6 +8,8 @@ nanoGPT: biases, norms' gains are not decayed.
 from pcp_core import hookimpl
 from pcp_core.optimizers import GradientTransformation, InnerOptimizer, InnerSettings
 
+PCP_PLUGIN_API = 1  # the pcp_core.PLUGIN_API this plugin is written for
+
 
 def learning_rate(settings: InnerSettings):
     """Linear warmup from 0 to `lr`, then cosine decay to `min_lr` at `total_steps`."""

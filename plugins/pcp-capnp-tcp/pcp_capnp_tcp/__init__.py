@@ -7,6 +7,8 @@ from pcp_capnp_tcp.network import connect, listen
 from pcp_core import hookimpl
 from pcp_core.transport import Transport
 
+PCP_PLUGIN_API = 1  # the pcp_core.PLUGIN_API this plugin is written for
+
 TRANSPORT = Transport(
     name="capnp-tcp",
     listen=listen,

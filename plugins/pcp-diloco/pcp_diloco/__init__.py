@@ -5,6 +5,8 @@ the outer optimizer (Nesterov momentum by default)."""
 from pcp_core import hookimpl
 from pcp_core.algorithms import Algorithm
 
+PCP_PLUGIN_API = 1  # the pcp_core.PLUGIN_API this plugin is written for
+
 
 def _run(ctx):
     from pcp_diloco.shepherd_side import run

@@ -188,6 +188,8 @@ UNCOMPILABLE = """
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
 
+PCP_PLUGIN_API = 1
+
 @hookimpl
 def pcp_register_backends(register):
     register(Backend(name="uncompilable", target="llvm-cpu", driver="local-task",

@@ -10,6 +10,8 @@ import platform
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
 
+PCP_PLUGIN_API = 1  # the pcp_core.PLUGIN_API this plugin is written for
+
 
 def detect_arch() -> str | None:
     return "macos" if platform.system() == "Darwin" else None

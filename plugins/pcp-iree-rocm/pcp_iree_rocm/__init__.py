@@ -9,6 +9,8 @@ import re
 from pcp_core import hookimpl
 from pcp_core.backends import Backend, run_quietly
 
+PCP_PLUGIN_API = 1  # the pcp_core.PLUGIN_API this plugin is written for
+
 
 def detect_arch() -> str | None:
     found = re.search(r"\bgfx[0-9a-f]{3,4}\b", run_quietly(["rocminfo"]))

@@ -10,6 +10,8 @@ deterministic where the baseline was not.
 from pcp_core import hookimpl
 from pcp_core.backends import Backend, iree_device_dump
 
+PCP_PLUGIN_API = 1  # the pcp_core.PLUGIN_API this plugin is written for
+
 BASELINE = "vp_android_baseline_2022"
 VENDOR_TARGETS = {
     "0x10de": "ampere",  # NVIDIA (Ampere's target runs on Hopper too)

@@ -10,6 +10,8 @@ import numpy as np
 from pcp_core import hookimpl
 from pcp_core.optimizers import OuterOptimizer, OuterSettings
 
+PCP_PLUGIN_API = 1  # the pcp_core.PLUGIN_API this plugin is written for
+
 
 class NesterovStep:
     def __init__(self, settings: OuterSettings, params: list[np.ndarray]) -> None:

@@ -1,0 +1,72 @@
+"""The model conformance suite. A model package proves itself in three lines:
+
+    class TestMyModel(ModelConformance):
+        model_name = "mine"
+
+It checks that the model's config merges overrides into its defaults and refuses bad
+ones, that init is deterministic in the seed and float32, that the loss at init is a
+finite scalar near ln(vocabulary) (an untrained model guesses uniformly), and that
+the reference train program built with it (AdamW, a few steps) compiles for the CPU
+backend, matches JAX there and lowers the loss.
+"""
+
+import math
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from pcp_core.testing.reference import assert_matches_jax, initial_params, on_cpu, reference
+
+
+class ModelConformance:
+    model_name: ClassVar[str]
+    # small settings for the reference run; the model must take a `vocab_size` setting
+    small_config: ClassVar[dict[str, int]] = {"block_size": 16}
+    rtol: ClassVar[float] = 1e-4
+
+    @pytest.fixture
+    def model(self) -> Any:
+        from pcp_core import plugins
+
+        return plugins.host().model(self.model_name)
+
+    def run(self) -> tuple[Any, dict[str, int], Any]:
+        return reference(model=self.model_name, overrides=tuple(self.small_config.items()))
+
+    def test_config_merges_defaults_and_refuses_bad_values(self, model: Any) -> None:
+        assert model.name == self.model_name and "block_size" in model.defaults
+        config = model.config(self.small_config)
+        assert {**model.defaults, **self.small_config} == config
+        with pytest.raises(ValueError):
+            model.config({"block_size": -1})
+        with pytest.raises(ValueError):
+            model.config({"no_such_setting": 1})
+
+    def test_init_is_float32_and_deterministic(self, model: Any) -> None:
+        config = model.config(self.small_config)
+        first, again, other = model.init(config, 0), model.init(config, 0), model.init(config, 1)
+        assert list(first) == list(again) and first
+        for name, value in first.items():
+            assert value.dtype == np.float32, f"{name} is {value.dtype}"
+            np.testing.assert_array_equal(value, again[name])
+        assert any(not np.array_equal(first[n], other[n]) for n in first), "seed is ignored"
+
+    def test_loss_at_init_is_near_uniform(self, model: Any) -> None:
+        corpus, config, _ = self.run()
+        x, y = corpus.batches("train", 1, 4, config["block_size"], (0, 0))
+        with on_cpu():
+            loss = float(model.loss(config, model.init(config, 0), x[0], y[0]))
+        assert math.isfinite(loss)
+        assert abs(loss - math.log(corpus.vocab_size)) < 1.0, f"loss {loss} at init"
+
+    def test_trains_on_the_cpu_backend(self) -> None:
+        from pcp_core import plugins
+        from pcp_core.compiler import compile_program
+
+        run = self.run()
+        cpu = plugins.host().backend("cpu")
+        vmfb = compile_program(run[2].stablehlo, cpu, cpu.resolve_arch()).vmfb
+        params = initial_params(run[1], self.model_name)
+        losses = assert_matches_jax(cpu, vmfb, run, params, self.rtol)
+        assert losses[-1] < losses[0], f"the loss did not fall: {losses}"

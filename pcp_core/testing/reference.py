@@ -1,0 +1,110 @@
+"""The tiny reference run every conformance suite checks a plugin with.
+
+One small program (a 1-layer model, a few steps of batch 4) that any backend compiles
+in seconds, and the comparison of an IREE executor against JAX on the CPU: the same
+program, the same batches, losses and parameters within a tolerance.
+"""
+
+from collections.abc import Mapping
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+REFERENCE_MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16}
+STEPS_PER_CALL, BATCH, CALLS = 2, 4, 3
+
+
+def on_cpu() -> Any:
+    """JAX runs the reference on the CPU, also on a machine whose default is a GPU."""
+    import jax
+
+    return jax.default_device(jax.devices("cpu")[0])
+
+
+def reference_settings() -> Any:
+    from pcp_core.optimizers import InnerSettings
+
+    # eps 1e-6, not 1e-8: the attention key bias has an exactly-zero gradient, and a tiny
+    # eps would let Adam turn each backend's rounding noise there into real updates.
+    return InnerSettings(lr=3e-3, warmup_steps=1, total_steps=STEPS_PER_CALL * CALLS, eps=1e-6)
+
+
+@cache
+def reference(
+    model: str = "nanogpt",
+    optimizer: str = "adamw",
+    overrides: tuple[tuple[str, int], ...] = tuple(REFERENCE_MODEL.items()),
+) -> tuple[Any, dict[str, int], Any]:
+    """The corpus, model config and train program for `model` trained by `optimizer`."""
+    from pcp_core import data, plugins
+    from pcp_core.program import build_train_program
+
+    host = plugins.host()
+    corpus = data.load_text_file(None)
+    the_model = host.model(model)
+    config = the_model.config({**dict(overrides), "vocab_size": corpus.vocab_size})
+    tx = host.optimizer(optimizer).build(reference_settings())
+    with on_cpu():
+        program = build_train_program(the_model, config, tx, STEPS_PER_CALL, BATCH)
+    return corpus, config, program
+
+
+def initial_params(config: Mapping[str, int], model: str = "nanogpt") -> list[np.ndarray]:
+    from pcp_core import plugins
+
+    return list(plugins.host().model(model).init(config, 0).values())
+
+
+def open_executor(backend: Any, vmfb: bytes, program: Any, params: list[np.ndarray]) -> Any:
+    """An IREE executor for `vmfb` holding `params` and the program's initial state."""
+    from pcp_core.executor import IreeExecutor
+
+    executor = IreeExecutor(
+        vmfb,
+        backend.driver,
+        program.param_specs,
+        program.opt_specs,
+        runtime_flags=backend.runtime_flags,
+    )
+    with on_cpu():
+        opt_state = program.init_opt_state(params)
+    executor.set_params(params)
+    executor.set_opt_state(opt_state)
+    return executor
+
+
+def assert_matches_jax(
+    backend: Any,
+    vmfb: bytes,
+    reference_run: tuple[Any, Mapping[str, int], Any],
+    params: list[np.ndarray],
+    rtol: float,
+    unstable: tuple[str, ...] = (),
+) -> list[float]:
+    """Run CALLS calls through IREE and through JAX on the CPU; return IREE's losses.
+
+    Parameters named in `unstable` are only checked to be finite: their gradient is
+    zero in exact arithmetic (nanoGPT's attention key bias), so an update that takes
+    its sign (Lion, signSGD) moves them by each compiler's own rounding noise.
+    """
+    corpus, config, program = reference_run
+    executor = open_executor(backend, vmfb, program, params)
+    with on_cpu():
+        jax_params, jax_opt = tuple(params), tuple(program.init_opt_state(params))
+    all_losses: list[float] = []
+    for call in range(CALLS):
+        x, y = corpus.batches("train", STEPS_PER_CALL, BATCH, config["block_size"], (0, call))
+        losses = executor.run(x, y)
+        with on_cpu():
+            jax_params, jax_opt, jax_losses = program.jax_step(jax_params, jax_opt, x, y)
+        np.testing.assert_allclose(losses, np.asarray(jax_losses), rtol=rtol)
+        all_losses += [float(v) for v in losses]
+    for spec, ours, theirs in zip(program.param_specs, executor.params(), jax_params, strict=True):
+        theirs = np.asarray(theirs)
+        assert np.all(np.isfinite(ours)), f"{spec.name} is not finite"
+        if spec.name in unstable:
+            continue
+        error = np.linalg.norm(ours - theirs) / max(np.linalg.norm(theirs), 1e-12)
+        assert error < rtol, f"{spec.name}: relative error {error:.2e}"
+    return all_losses

@@ -1,0 +1,141 @@
+"""The transport conformance suite. A transport package proves itself in three lines:
+
+    class TestMyTransport(TransportConformance):
+        transport_name = "mine"
+
+Over 127.0.0.1 it checks what the shepherd and the workers rely on: the listener
+reports its real port, accept times out, every message type crosses both ways with
+its tensors bit-exact (into a caller's buffers too), both ends count bytes, a frame
+over the limit is refused by the sender, and a peer that closes is a `TransportError`.
+"""
+
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, ClassVar
+
+import numpy as np
+import pytest
+
+from pcp_core import messages
+from pcp_core.transport import FrameTooLarge, TensorHeader, TransportError, TransportOptions
+
+OPTIONS = TransportOptions(max_frame_bytes=2**20, timeout_s=10)
+
+
+def sample_messages() -> list[Any]:
+    tensors = [
+        messages.Tensor("w", np.arange(12, dtype=np.float32).reshape(3, 4)),
+        messages.Tensor("tokens", np.arange(7, dtype=np.int32)),
+    ]
+    return [
+        messages.Hello("worker-a", "cpu", "host", "3.13.0", device="cpu0"),
+        messages.Challenge(b"\x00nonce\xff"),
+        messages.Proof(b"mac" * 8, b"nonce"),
+        messages.Welcome(3, b"mac" * 8),
+        messages.Reject("no"),
+        messages.Setup("ab" * 32, '{"k": 1}', tensors),
+        messages.Assignment(2, 50, 1, 4, 7, tensors),
+        messages.Result(2, [1.5, 1.25], 0.5, tensors),
+        messages.Stop("done"),
+        messages.Failure("it broke"),
+    ]
+
+
+def same(a: Any, b: Any) -> bool:
+    if type(a) is not type(b):
+        return False
+    for key, value in vars(a).items():
+        other = getattr(b, key)
+        if key == "tensors":
+            pairs = list(zip(value, other, strict=True))
+            if any(x.name != y.name or x.array.dtype != y.array.dtype for x, y in pairs):
+                return False
+            if any(not np.array_equal(x.array, y.array) for x, y in pairs):
+                return False
+        elif value != other:
+            return False
+    return True
+
+
+class BufferSink:
+    """A TensorSink that receives every tensor into its own preallocated array."""
+
+    def __init__(self) -> None:
+        self.arrays: list[np.ndarray] = []
+
+    def buffer(self, index: int, header: TensorHeader) -> np.ndarray:
+        self.arrays.append(np.empty(header.shape, np.dtype(header.dtype)))
+        return self.arrays[-1]
+
+    def filled(self, index: int, header: TensorHeader, array: np.ndarray) -> None:
+        assert array is self.arrays[index]
+
+
+class TransportConformance:
+    transport_name: ClassVar[str]
+
+    @pytest.fixture
+    def transport(self) -> Any:
+        from pcp_core import plugins
+
+        return plugins.host().transport(self.transport_name)
+
+    @pytest.fixture
+    def pair(self, transport: Any) -> Iterator[tuple[Any, Any, Any]]:
+        """A listener, its side of one connection, and the connecting side."""
+        listener = transport.listen("127.0.0.1", 0, OPTIONS)
+        with ThreadPoolExecutor(1) as pool:
+            accepted = pool.submit(listener.accept, 10)
+            client = transport.connect(*listener.address, OPTIONS)
+            server = accepted.result()
+        yield listener, server, client
+        for thing in (client, server, listener):
+            thing.close()
+
+    @staticmethod
+    def transfer(sender: Any, receiver: Any, message: Any, sink: Any = None) -> Any:
+        with ThreadPoolExecutor(1) as pool:
+            sending = pool.submit(sender.send, message)
+            received = receiver.receive(sink)
+            sending.result()
+            return received
+
+    def test_listener_reports_its_port_and_accept_times_out(self, transport: Any) -> None:
+        listener = transport.listen("127.0.0.1", 0, OPTIONS)
+        try:
+            assert listener.address[1] > 0
+            with pytest.raises(TimeoutError):
+                listener.accept(timeout_s=0.05)
+        finally:
+            listener.close()
+
+    def test_every_message_crosses_both_ways(self, pair: tuple[Any, Any, Any]) -> None:
+        _, server, client = pair
+        for message in sample_messages():
+            assert same(self.transfer(client, server, message), message), message
+            assert same(self.transfer(server, client, message), message), message
+        assert client.bytes_sent > 0 and client.bytes_received > 0
+        assert server.bytes_received == client.bytes_sent
+
+    def test_tensors_land_in_the_callers_buffers(self, pair: tuple[Any, Any, Any]) -> None:
+        _, server, client = pair
+        message = sample_messages()[7]
+        sink = BufferSink()
+        received = self.transfer(client, server, message, sink)
+        assert len(sink.arrays) == len(message.tensors)
+        for ours, theirs in zip(sink.arrays, message.tensors, strict=True):
+            np.testing.assert_array_equal(ours, theirs.array)
+        assert received.round == message.round and received.losses == message.losses
+
+    def test_a_frame_over_the_limit_is_refused(self, pair: tuple[Any, Any, Any]) -> None:
+        _, server, client = pair
+        big = messages.Result(1, [0.0], 0.0, [messages.Tensor("big", np.zeros(2**19, np.float32))])
+        with pytest.raises(FrameTooLarge):
+            client.send(big)  # refused before a byte is sent: the connection stays usable
+        assert same(self.transfer(client, server, messages.Stop()), messages.Stop())
+
+    def test_a_closed_peer_is_a_transport_error(self, pair: tuple[Any, Any, Any]) -> None:
+        _, server, client = pair
+        client.close()
+        with pytest.raises(TransportError):
+            server.receive()

@@ -1,0 +1,5 @@
+from pcp_core.testing import OuterOptimizerConformance
+
+
+class TestNesterov(OuterOptimizerConformance):
+    optimizer_name = "nesterov"
