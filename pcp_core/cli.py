@@ -374,6 +374,30 @@ def list_plugins(
         raise typer.Exit(1)
 
 
+plugin_app = typer.Typer(help="Write and inspect plugins.", no_args_is_help=True)
+app.add_typer(plugin_app, name="plugin")
+
+
+@plugin_app.command("new")
+def plugin_new(
+    name: str = typer.Argument(..., help="Registered name, e.g. my-sgd (package pcp-my-sgd)."),
+    kind: str = typer.Option(
+        ..., "--kind", help="backend, optimizer, transport, algorithm, model or dataset."
+    ),
+    directory: Path = typer.Option(Path("."), "--dir", help="Where to create pcp-NAME/."),
+) -> None:
+    """Write an installable plugin package: a working implementation of KIND, its
+    conformance tests, a README and the entry point. `pip install -e .` and `pytest`
+    in it pass as generated."""
+    from pcp_core.scaffold import ScaffoldError, new_plugin
+
+    try:
+        root = new_plugin(name, kind, directory)
+    except ScaffoldError as error:
+        fail(str(error))
+    typer.echo(f"wrote {root}: cd {root} && pip install -e '.[test]' && pytest")
+
+
 @app.callback()
 def setup(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
     configure_logging(verbose)

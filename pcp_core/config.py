@@ -30,7 +30,9 @@ class RunConfig:
     model: str = _opt("nanogpt", "Model to train.")
     optimizer: str = _opt("adamw", "Inner optimizer, compiled into the device program.")
     dataset: str = _opt("chars", "Dataset source.")
-    data: Path | None = _opt(None, "UTF-8 text file to train on (default: built-in corpus).")
+    data: Path | None = _opt(
+        None, "What --dataset reads: for chars, a UTF-8 text file (default: built-in corpus)."
+    )
     out: Path | None = _opt(None, "Run directory (default: runs/<timestamp>).")
     target: str | None = _opt(None, "Device architecture to compile for (default: detect).")
     device: int | None = _opt(None, "Index of the device to use (default: first).")
@@ -111,8 +113,8 @@ class RunConfig:
             raise ConfigError(
                 f"precision must be one of {', '.join(PRECISIONS)}: {self.precision!r}"
             )
-        if self.data is not None and not Path(self.data).is_file():
-            raise ConfigError(f"data file not found: {self.data}")
+        if self.data is not None and not Path(self.data).exists():  # the dataset checks the rest
+            raise ConfigError(f"data not found: {self.data}")
         return self
 
 

@@ -34,9 +34,10 @@ class Model:
 
     def config(self, overrides: Mapping[str, Any]) -> dict[str, int]:
         """The model config: its defaults with the given (non-None) overrides applied."""
-        unknown = set(overrides) - set(self.defaults)
+        given = {k: v for k, v in overrides.items() if v is not None}
+        unknown = set(given) - set(self.defaults)
         if unknown:
             raise ValueError(f"model {self.name!r} has no setting(s) {sorted(unknown)}")
-        merged = {**self.defaults, **{k: v for k, v in overrides.items() if v is not None}}
+        merged = {**self.defaults, **given}
         self.validate(merged)
         return merged

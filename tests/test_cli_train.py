@@ -43,7 +43,7 @@ def test_config_file_and_flags(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["--data", "/nonexistent/corpus.txt"], "data file not found"),
+        (["--data", "/nonexistent/corpus.txt"], "data not found"),
         (["--block-size", "100000"], "block size 100000 is too big"),
         (["--steps", "-3"], "steps must be positive"),
         (["--n-embd", "30", "--n-head", "4"], "divisible by n_head"),
