@@ -1,106 +1,288 @@
-"""Test sessions. `nox` runs the default ones (lint + tests); the rest by name:
+"""Every test of the repository, as nox sessions: `nox` runs them all (what CI runs).
 
-nox -s slow          # slow end-to-end tests (multi-GiB payloads, long runs)
-nox -s plugin        # each plugin alone on top of the core: the install matrix
-nox -s dist          # wheels and sdists of every package into dist/, checked
-nox -s install       # from dist/ into a fresh environment: the commands users type
+nox -l                   # every session, the combination matrix included
+nox -t cpu               # one slice: the CPU environment and its combinations (or vulkan,
+                         #   cuda, rocm, metal, matrix, plugins, authoring, install)
+nox -s lint tests        # the quick pair for iterating
+nox -s "plugin(pcp-adamw)"
+
+- lint, tests: ruff; the core's tests (`tests/`), with every package installed editable.
+- plugin(NAME): one package with only what its pyproject declares (dependencies and its
+  `test` extra) on top of pcp-core without its standard plugins, all its tests, slow ones
+  included: a dependency missing from a pyproject fails here.
+- env-BACKEND, matrix-BACKEND-...: one environment per backend, installed from the
+  packages (never the source tree on sys.path), then one session per combination of
+  algorithm x inner optimizer x outer optimizer x transport: compile for the backend,
+  then train where the device exists; elsewhere the session is reported as skipped,
+  with the reason. CPU and Vulkan (lavapipe) must train under CI.
+- scaffold: `pcp plugin new` for every kind; each package installs and passes its tests.
+- dist, install: wheels and sdists checked; from dist/ with pip, the commands users type.
 """
 
+import json
+import math
+import os
 import shutil
+import subprocess
+import sys
+import tempfile
 import tomllib
 import zipfile
 from pathlib import Path
 
 import nox
 
-nox.options.sessions = ["lint", "tests"]
+nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
+nox.options.error_on_missing_interpreters = True
 
+ROOT = Path(__file__).parent
+PYTHON = "3.11"
 # Every package here but the core: the plugins and the example third-party plugin.
 PACKAGES = {
     p.parent.name: p.parent
     for folder in ("plugins", "examples")
-    for p in sorted(Path(folder).glob("*/pyproject.toml"))
+    for p in sorted((ROOT / folder).glob("*/pyproject.toml"))
 }
-DIST = Path("dist")
+DIST = ROOT / "dist"
+CACHE = ROOT / ".nox" / "pcp-cache"  # one compile cache for the matrix sessions
+
+# What the repository provides, by kind; env-* checks the installed plugins agree.
+BACKENDS = {
+    "cpu": "pcp-cpu",
+    "vulkan": "pcp-iree-vulkan",
+    "cuda": "pcp-iree-cuda",
+    "rocm": "pcp-iree-rocm",
+    "metal": "pcp-iree-metal",
+}
+TRAINS_IN_CI = {"cpu", "vulkan"}  # lavapipe runs Vulkan on CI's CPU
+ALGORITHMS = {"local": False, "diloco": True}  # name -> distributed (outer step, transport)
+INNER = ["adamw", "lion"]
+OUTER = ["nesterov"]
+TRANSPORTS = ["capnp-tcp"]
+# Small enough for lavapipe (~100 tokens/s) yet a falling loss: 20 steps of 4 x 16 tokens.
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "16"]
+SHORT = ["--batch-size", "4", "--steps", "20", "--steps-per-call", "10", "--warmup-steps", "5"]
+
+
+def _pip_find_links() -> str:
+    """pip's find-links on this machine (local wheels such as a CPU torch), for uv too."""
+    found = os.environ.get("PIP_FIND_LINKS", "")
+    if not found:
+        query = [sys.executable, "-m", "pip", "config", "get", "global.find-links"]
+        done = subprocess.run(query, capture_output=True, text=True)
+        found = done.stdout.strip() if done.returncode == 0 else ""
+    return found
+
+
+if _pip_find_links() and "UV_FIND_LINKS" not in os.environ:
+    os.environ["UV_FIND_LINKS"] = _pip_find_links()
 
 
 def project(path: Path) -> dict:
     return tomllib.loads((path / "pyproject.toml").read_text())["project"]
 
 
-@nox.session(python="3.11")
+def requirement_name(requirement: str) -> str:
+    for separator in "=<>!~[; ":
+        requirement = requirement.split(separator)[0]
+    return requirement.strip()
+
+
+def declared(name: str, extras: bool) -> list[str]:
+    meta = project(PACKAGES[name])
+    test = meta.get("optional-dependencies", {}).get("test", []) if extras else []
+    return [*meta.get("dependencies", []), *test]
+
+
+def closure(name: str) -> tuple[list[Path], list[str]]:
+    """What installing `name` with its test extra brings: repository packages (its own
+    included) and third-party requirements, without the plugins pcp-core depends on."""
+    local: list[Path] = []
+    third_party = [r for r in project(ROOT)["dependencies"] if requirement_name(r) not in PACKAGES]
+    pending, seen = [(name, True)], set()
+    while pending:
+        current, extras = pending.pop()
+        if current in seen:
+            continue
+        seen.add(current)
+        local.append(PACKAGES[current])
+        for requirement in declared(current, extras):
+            dependency = requirement_name(requirement)
+            if dependency in PACKAGES:
+                pending.append((dependency, False))
+            elif dependency != "pcp-core":
+                third_party.append(requirement)
+    return local, third_party
+
+
+def standard_plugins() -> list[str]:
+    names = [requirement_name(r) for r in project(ROOT)["dependencies"]]
+    return [str(PACKAGES[n]) for n in names if n in PACKAGES]
+
+
+@nox.session(python=PYTHON, tags=["lint"])
 def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
 
 
-@nox.session(python="3.11")
+@nox.session(python=PYTHON, tags=["tests"])
 def tests(session: nox.Session) -> None:
+    """The core's tests; `nox -s tests -- ARGS` passes ARGS to pytest."""
     session.install("-r", "requirements-dev.txt")
-    session.run("pytest", "-q", *session.posargs)
+    session.run("python", "-m", "pytest", "-q", *(session.posargs or ["tests"]))
 
 
-@nox.session(python="3.11")
-def slow(session: nox.Session) -> None:
-    session.install("-r", "requirements-dev.txt")
-    session.run("pytest", "-q", "-m", "slow", *session.posargs)
-
-
-def local_requirements(name: str) -> list[str]:
-    """The packages of this repository `name` depends on, recursively, as -e arguments."""
-    names = [d.split("=")[0].strip() for d in project(PACKAGES[name]).get("dependencies", [])]
-    found = [n for n in names if n in PACKAGES]
-    return [arg for n in found for arg in (*local_requirements(n), "-e", str(PACKAGES[n]))]
-
-
-def core_with_standard_plugins() -> list[str]:
-    """pcp-core and the plugins it depends on, from this checkout, as install arguments."""
-    standard = [d.split("=")[0] for d in project(Path("."))["dependencies"] if d.startswith("pcp-")]
-    return ["-e", ".[test]", *(arg for name in standard for arg in ("-e", str(PACKAGES[name])))]
-
-
-@nox.session(python="3.11")
-@nox.parametrize("plugin", list(PACKAGES))
+@nox.session(python=PYTHON, tags=["plugins"])
+@nox.parametrize("plugin", list(PACKAGES), ids=list(PACKAGES))
 def plugin(session: nox.Session, plugin: str) -> None:
-    """One plugin with the core (and the standard plugins it brings) and what it declares."""
-    session.install(*core_with_standard_plugins())
-    session.install(*local_requirements(plugin), "-e", str(PACKAGES[plugin]))
-    session.run("pytest", "-q", str(PACKAGES[plugin]), env={"PCP_STRICT_PLUGINS": "1"})
+    """One package on pcp-core alone plus what it declares; all its tests, slow included."""
+    local, third_party = closure(plugin)
+    session.install("--no-deps", str(ROOT), *map(str, local))
+    session.install(*third_party)
+    session.run(
+        "pytest", "-q", "-m", "slow or not slow", "-p", "no:cacheprovider",
+        str(PACKAGES[plugin]),
+        env={"PCP_STRICT_PLUGINS": "1", "PCP_PLUGINS": ",".join(p.name for p in local)},
+    )  # fmt: skip
 
 
-@nox.session(python="3.11")
+def pcp_json(session: nox.Session, bin_dir: Path, *args: str) -> list[dict]:
+    output = session.run(str(bin_dir / "pcp"), *args, "--json", external=True, silent=True)
+    return json.loads(output)
+
+
+def make_environment(backend: str) -> None:
+    @nox.session(name=f"env-{backend}", python=PYTHON, tags=[backend, "matrix"])
+    def environment(session: nox.Session) -> None:
+        """pcp-core, the standard plugins, the example plugin and this backend's plugin,
+        installed as packages; checks the matrix covers everything they register."""
+        examples = [str(p) for p in PACKAGES.values() if p.parent.name == "examples"]
+        backend_plugin = str(PACKAGES[BACKENDS[backend]])
+        plugins = dict.fromkeys([*standard_plugins(), *examples, backend_plugin])  # in order, once
+        session.install(str(ROOT), *plugins)
+        session.chdir(tempfile.mkdtemp())  # nothing of the checkout on sys.path
+        where = session.run(
+            "python", "-c", "import pcp_core; print(pcp_core.__file__)", silent=True
+        )
+        if "site-packages" not in where:
+            session.error(f"pcp_core comes from {where.strip()}, not an installed package")
+        registered = {
+            tuple(item)
+            for record in pcp_json(session, Path(session.bin), "plugins")
+            for item in record["registered"]
+        }
+        expected = {("backend", "cpu"), ("backend", backend)}  # pcp-core brings pcp-cpu
+        expected |= {("algorithm", a) for a in ALGORITHMS}
+        expected |= {("optimizer", o) for o in INNER + OUTER}
+        expected |= {("transport", t) for t in TRANSPORTS}
+        kinds = {"backend", "algorithm", "optimizer", "transport"}
+        found = {item for item in registered if item[0] in kinds}
+        if found != expected:
+            session.error(f"the matrix covers {sorted(expected)}, installed: {sorted(found)}")
+
+
+def combinations() -> list[tuple[str, str, str | None, str | None]]:
+    rows = []
+    for algorithm, distributed in ALGORITHMS.items():
+        for inner in INNER:
+            if not distributed:
+                rows.append((algorithm, inner, None, None))
+            for outer in OUTER if distributed else []:
+                rows += [(algorithm, inner, outer, transport) for transport in TRANSPORTS]
+    return rows
+
+
+def make_combination(backend: str, combination: tuple) -> None:
+    algorithm, inner, outer, transport = combination
+    name = "-".join(["matrix", backend, *(part for part in combination if part)])
+
+    @nox.session(
+        name=name, venv_backend="none", requires=[f"env-{backend}"], tags=[backend, "matrix"]
+    )
+    def run(session: nox.Session) -> None:
+        """Compile this combination for the backend; train it where the device exists."""
+        bin_dir = ROOT / ".nox" / f"env-{backend}" / "bin"
+        env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PCP_CACHE_DIR": str(CACHE)}
+        session.chdir(tempfile.mkdtemp())
+        chosen = ["--backend", backend, "--algorithm", algorithm, "--optimizer", inner]
+        if outer:
+            chosen += ["--outer-optimizer", outer, "--transport", transport]
+        shape = [*TINY, *SHORT, "--eval-batches", "2"]
+        pcp = str(bin_dir / "pcp")
+        session.run(pcp, "compile", *chosen, *shape, "-o", "train.vmfb", env=env, external=True)
+        device = next(r for r in pcp_json(session, bin_dir, "devices") if r["backend"] == backend)
+        if not device["available"]:
+            reason = f"no {backend} device here ({device['note'] or 'driver missing'})"
+            if backend in TRAINS_IN_CI and os.environ.get("CI"):
+                session.error(f"{reason}: CI must train on {backend}")
+            session.skip(f"compiled; not trained: {reason}")
+        extra = ["--workers", "2", "--inner-steps", "10"] if outer else []
+        session.run(pcp, "train", *chosen, *shape, *extra, "--out", "run", env=env, external=True)
+        summary = json.loads(Path("run/summary.json").read_text())
+        loss = summary["final_train_loss"]
+        if not (math.isfinite(loss) and loss < summary["unigram_entropy"] + 0.5):
+            session.error(f"{name} did not train: final loss {loss}")
+
+
+for _backend in BACKENDS:
+    make_environment(_backend)
+    for _combination in combinations():
+        make_combination(_backend, _combination)
+
+
+@nox.session(python=PYTHON, tags=["authoring"])
+def scaffold(session: nox.Session) -> None:
+    """`pcp plugin new` of every kind, installed with pcp-core, each passing its tests."""
+    session.install(str(ROOT), *standard_plugins())
+    kinds = session.run(
+        "python", "-c", "from pcp_core.scaffold import KINDS; print(*KINDS)", silent=True
+    ).split()
+    workspace = Path(tempfile.mkdtemp())
+    session.chdir(workspace)
+    for kind in kinds:
+        session.run("pcp", "plugin", "new", f"my-{kind}", "--kind", kind)
+    packages = [f"./pcp-my-{kind}[test]" for kind in kinds]
+    session.install(str(ROOT), *standard_plugins(), *packages)
+    for kind in kinds:
+        session.chdir(workspace / f"pcp-my-{kind}")
+        session.run("pytest", "-q", "-p", "no:cacheprovider")
+
+
+@nox.session(python=PYTHON, tags=["install"])
 def dist(session: nox.Session) -> None:
     """A wheel and an sdist of every package, their metadata checked, and each wheel
     checked to hold its package and its entry points."""
     shutil.rmtree(DIST, ignore_errors=True)
     session.install("build", "twine")
-    for path in [Path("."), *PACKAGES.values()]:
+    for path in [ROOT, *PACKAGES.values()]:
         session.run("python", "-m", "build", "--outdir", str(DIST), str(path), silent=True)
     session.run("twine", "check", "--strict", *map(str, sorted(DIST.iterdir())))
-    for path in [Path("."), *PACKAGES.values()]:
-        meta = project(path)
-        wheel_name = f"{meta['name'].replace('-', '_')}-{meta['version']}-py3-none-any.whl"
-        with zipfile.ZipFile(DIST / wheel_name) as wheel:
-            names = wheel.namelist()
-            info = f"{meta['name'].replace('-', '_')}-{meta['version']}.dist-info"
-            entry_points = wheel.read(f"{info}/entry_points.txt").decode()
-        module = meta["name"].replace("-", "_")
-        if not any(n.startswith(f"{module}/") for n in names):
-            session.error(f"{wheel_name} holds no {module}/ package")
-        for key in meta.get("entry-points", {}).get("pcp", {}):
-            if f"{key} = " not in entry_points:
-                session.error(f"{wheel_name} lacks its pcp entry point {key!r}")
+    for path in [ROOT, *PACKAGES.values()]:
+        check_wheel(session, path)
 
 
-@nox.session(python="3.11")
+def check_wheel(session: nox.Session, path: Path) -> None:
+    meta = project(path)
+    stem = f"{meta['name'].replace('-', '_')}-{meta['version']}"
+    with zipfile.ZipFile(DIST / f"{stem}-py3-none-any.whl") as wheel:
+        names = wheel.namelist()
+        entry_points = wheel.read(f"{stem}.dist-info/entry_points.txt").decode()
+    module = meta["name"].replace("-", "_")
+    if not any(n.startswith(f"{module}/") for n in names):
+        session.error(f"{stem} holds no {module}/ package")
+    for key in meta.get("entry-points", {}).get("pcp", {}):
+        if f"{key} = " not in entry_points:
+            session.error(f"{stem} lacks its pcp entry point {key!r}")
+
+
+@nox.session(python=PYTHON, venv_backend="virtualenv", requires=["dist"], tags=["install"])
 def install(session: nox.Session) -> None:
-    """What a user types, from dist/ (run `nox -s dist` first) in a fresh environment."""
-    if not DIST.is_dir():
-        session.error("no dist/: run `nox -s dist` first")
+    """What a user types, with pip, from dist/ into a fresh environment."""
     session.install("--find-links", str(DIST), "pcp-core", "pcp-iree-rocm")
-    session.chdir(session.create_tmp())
+    session.chdir(tempfile.mkdtemp())
     session.run("pcp", "plugins")
     session.run("pcp", "compile", "--backend", "rocm", "-o", "train.vmfb")
     # No ROCm here: one line that says what to install, a non-zero exit, no worker started.

@@ -12,8 +12,15 @@ from string import Template
 KINDS = ("backend", "optimizer", "transport", "algorithm", "model", "dataset")
 NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 
-# what the generated package needs beyond pcp-core, and how a user tries it
+# what the generated package needs beyond pcp-core, what its conformance suite needs
+# (the CPU backend to compile on, AdamW for the reference run), and how a user tries it
 EXTRA_DEPENDENCIES = {"optimizer": ["optax>=0.2.3"], "transport": ["pcp-capnp-tcp"]}
+TEST_PLUGINS = {
+    "backend": ["pcp-adamw"],
+    "optimizer": ["pcp-cpu"],
+    "algorithm": ["pcp-cpu", "pcp-adamw"],
+    "model": ["pcp-cpu", "pcp-adamw"],
+}
 USAGE = {
     "backend": "pcp train --backend $name",
     "optimizer": "pcp train --optimizer $name",
@@ -54,6 +61,10 @@ def new_plugin(name: str, kind: str, parent: Path) -> Path:
         "distribution": distribution,
         "module": module,
         "dependencies": ", ".join(f'"{d}"' for d in dependencies),
+        "test_dependencies": ", ".join(
+            f'"{d}"'
+            for d in ["pytest>=8", *(f"{p}=={__version__}" for p in TEST_PLUGINS.get(kind, []))]
+        ),
         "usage": Template(USAGE[kind]).substitute(name=name),
     }
     files = {

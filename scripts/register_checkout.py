@@ -20,8 +20,9 @@ def register(package: Path, site: Path) -> str:
     info = site / f"{name.replace('-', '_')}-{version}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
-    entry_points = project.get("entry-points", {}).get("pcp", {})
-    lines = ["[pcp]", *(f"{key} = {value}" for key, value in entry_points.items())]
+    lines = []
+    for group, entry_points in project.get("entry-points", {}).items():
+        lines += [f"[{group}]", *(f"{key} = {value}" for key, value in entry_points.items())]
     if project.get("scripts"):
         lines += ["[console_scripts]", *(f"{k} = {v}" for k, v in project["scripts"].items())]
     (info / "entry_points.txt").write_text("\n".join(lines) + "\n")
@@ -30,10 +31,7 @@ def register(package: Path, site: Path) -> str:
 
 def main() -> None:
     site = Path(sys.argv[1])
-    packages = [
-        ROOT,
-        *sorted(p for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file()),
-    ]
+    packages = [ROOT, *sorted(p.parent for p in ROOT.glob("[pe]*/*/pyproject.toml"))]
     paths = [str(site), *(register(p, site) for p in packages)]
     print(":".join(paths))
 

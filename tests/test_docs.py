@@ -20,3 +20,11 @@ def test_every_hook_has_a_reference_section() -> None:
     }
     missing = [name for name in hooks if name not in headings]
     assert not missing, f"docs/plugins.md has no '### <hook>' section for {missing}"
+
+
+def test_every_conformance_suite_is_documented() -> None:
+    from pcp_core.testing import SUITES
+
+    guide = GUIDE.read_text()
+    missing = [name for name in SUITES if f"`{name}`" not in guide]
+    assert not missing, f"docs/plugins.md does not describe {missing}"
