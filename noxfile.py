@@ -145,7 +145,7 @@ def plugin(session: nox.Session, plugin: str) -> None:
     session.run(
         "pytest", "-q", "-m", "slow or not slow", "-p", "no:cacheprovider",
         str(PACKAGES[plugin]),
-        env={"PCP_STRICT_PLUGINS": "1", "PCP_PLUGINS": ",".join(p.name for p in local)},
+        env={"PCP_STRICT_PLUGINS": "1"},
     )  # fmt: skip
 
 

@@ -92,8 +92,10 @@ def test_worker_joining_during_the_last_round_is_stopped(
 ) -> None:
     """A worker that joins too late to take part is still told to stop, and exits cleanly.
 
-    It joins while the only round runs or while the shepherd evaluates after it; if it
-    happens to join before the round starts, it takes part instead, and ends the same way.
+    Two workers start together for a run that needs one: the second to join arrives
+    while the only round runs or while the shepherd evaluates after it (or, joining
+    before the round starts, takes part instead), and ends the same way. Starting them
+    together keeps the late one from arriving after the shepherd has gone.
     """
     port = e2e.free_port()
     address = f"127.0.0.1:{port}"
@@ -106,14 +108,9 @@ def test_worker_joining_during_the_last_round_is_stopped(
         *("--eval-every", "0", "--out", str(tmp_path / "run"), *tiny),
     )
     worker_args = ("worker", "--connect", address, "--token-file", str(token_file))
-    first = e2e.pcp("worker-0", *worker_args, "--restarts", "0")
-    e2e.wait_for(
-        lambda: "worker joined" in shepherd.err() or shepherd.process.poll() is not None,
-        120,
-        "the first worker to join",
-    )
-    late = e2e.pcp("worker-1", *worker_args, "--restarts", "0")
+    workers = [e2e.pcp(f"worker-{i}", *worker_args, "--restarts", "0") for i in range(2)]
     assert shepherd.wait(120) == 0, shepherd.output()[-4000:]
-    assert first.wait(30) == 0, first.output()
-    assert late.wait(30) == 0, late.output()
-    assert "stopping" in late.err() and "lost the shepherd" not in late.err()
+    for worker in workers:
+        assert worker.wait(30) == 0, worker.output()
+        assert "lost the shepherd" not in worker.err()
+    assert all("stopping" in worker.err() for worker in workers)  # each was told to stop
