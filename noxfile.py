@@ -135,7 +135,7 @@ def tests(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "-q", *(session.posargs or ["tests"]))
 
 
-@nox.session(python=PYTHON, tags=["plugins"])
+@nox.session(python=PYTHON, tags=["plugins"], reuse_venv=False)  # nothing left from before
 @nox.parametrize("plugin", list(PACKAGES), ids=list(PACKAGES))
 def plugin(session: nox.Session, plugin: str) -> None:
     """One package on pcp-core alone plus what it declares; all its tests, slow included."""
@@ -150,7 +150,12 @@ def plugin(session: nox.Session, plugin: str) -> None:
 
 
 def pcp_json(session: nox.Session, bin_dir: Path, *args: str) -> list[dict]:
-    output = session.run(str(bin_dir / "pcp"), *args, "--json", external=True, silent=True)
+    """`pcp ARGS --json`, strict: a plugin that fails to load fails the session (and
+    nox shows why); without a failure the output is the JSON alone."""
+    output = session.run(
+        str(bin_dir / "pcp"), *args, "--json",
+        external=True, silent=True, env={"PCP_STRICT_PLUGINS": "1"},
+    )  # fmt: skip
     return json.loads(output)
 
 
