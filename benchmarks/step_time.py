@@ -20,6 +20,7 @@ A GPU machine without the IREE compiler runs modules compiled elsewhere:
 """
 
 import argparse
+import dataclasses
 import json
 import os
 import platform
@@ -194,6 +195,12 @@ def main() -> None:
     parser.add_argument("--target", help="architecture to compile for (default: detect)")
     parser.add_argument("--vmfb-dir", type=Path, help="modules compiled by --compile-only")
     parser.add_argument("--compile-only", action="store_true", help="fill --vmfb-dir, run none")
+    parser.add_argument(
+        "--extra-flag",
+        action="append",
+        default=[],
+        help="an IREE compile flag to try on top of the backend's (repeatable)",
+    )
     parser.add_argument("--results", type=Path, default=RESULTS, help="where figures go")
     parser.add_argument("--system-malloc", action="store_true", help="glibc malloc defaults")
     args = parser.parse_args()
@@ -202,6 +209,8 @@ def main() -> None:
     if args.backend == "cpu" and not args.system_malloc:
         retain_freed_memory()
     backend = plugins.host().backend(args.backend)
+    if args.extra_flag:
+        backend = dataclasses.replace(backend, extra_flags=(*backend.extra_flags, *args.extra_flag))
     names = ["default"] if args.quick else args.sizes
     runs = [(name, precision) for name in names for precision in args.precision]
     if args.compile_only:
