@@ -199,7 +199,7 @@ def main() -> None:
         "--extra-flag",
         action="append",
         default=[],
-        help="an IREE compile flag to try on top of the backend's (repeatable)",
+        help="an IREE compile flag to add: --extra-flag=--iree-... (repeatable)",
     )
     parser.add_argument("--results", type=Path, default=RESULTS, help="where figures go")
     parser.add_argument("--system-malloc", action="store_true", help="glibc malloc defaults")
