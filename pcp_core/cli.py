@@ -374,11 +374,21 @@ def list_plugins(
         raise typer.Exit(1)
 
 
-plugin_app = typer.Typer(help="Write and inspect plugins.", no_args_is_help=True)
+plugin_app = typer.Typer(
+    help="Write a new plugin package (`pcp plugins` lists the installed ones).",
+    no_args_is_help=True,
+)
 app.add_typer(plugin_app, name="plugin")
 
 
-@plugin_app.command("new")
+NEW_PLUGIN_HELP = (
+    "Write pcp-NAME/, an installable plugin package of KIND: a working implementation "
+    "to change into yours, tests that run the core's conformance suite for KIND, a README "
+    'and the entry point. `pip install -e ".\\[test]"` and `pytest` in it pass as generated.'
+)
+
+
+@plugin_app.command("new", help=NEW_PLUGIN_HELP)
 def plugin_new(
     name: str = typer.Argument(..., help="Registered name, e.g. my-sgd (package pcp-my-sgd)."),
     kind: str = typer.Option(
@@ -386,9 +396,7 @@ def plugin_new(
     ),
     directory: Path = typer.Option(Path("."), "--dir", help="Where to create pcp-NAME/."),
 ) -> None:
-    """Write an installable plugin package: a working implementation of KIND, its
-    conformance tests, a README and the entry point. `pip install -e .` and `pytest`
-    in it pass as generated."""
+    """Write pcp-NAME/, an installable plugin package of KIND."""
     from pcp_core.scaffold import ScaffoldError, new_plugin
 
     try:
