@@ -22,6 +22,24 @@ def _opt(default: Any, help: str, **extra: Any) -> Any:
     return field(default=default, metadata={"help": help, **extra})
 
 
+def parse_model_settings(text: str | None) -> dict[str, int]:
+    """`--model-settings context=8,n_hidden=256` as a dict; the model rejects unknown keys."""
+    settings: dict[str, int] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        key, _, value = item.partition("=")
+        try:
+            settings[key.strip()] = int(value)
+        except ValueError:
+            raise ConfigError(
+                f"model_settings: expected KEY=INTEGER, got {item.strip()!r}"
+            ) from None
+        if not key.strip():
+            raise ConfigError(f"model_settings: expected KEY=INTEGER, got {item.strip()!r}")
+    return settings
+
+
 @dataclass
 class RunConfig:
     # what to run
@@ -41,6 +59,9 @@ class RunConfig:
     n_head: int | None = _opt(None, "Attention heads.")
     n_embd: int | None = _opt(None, "Embedding width.")
     block_size: int | None = _opt(None, "Context length in characters.")
+    model_settings: str | None = _opt(
+        None, "Any model's own size settings as KEY=INT,KEY=INT (e.g. context=8)."
+    )
     precision: str = _opt(
         "f32",
         "Matrix products: f32, or bf16 (bf16 inputs, f32 accumulation; weights, optimizer "
@@ -80,7 +101,8 @@ class RunConfig:
     tls_ca: Path | None = _opt(None, "CA (PEM) local workers use to verify --tls-cert.")
 
     def model_overrides(self) -> dict[str, int | None]:
-        return {k: getattr(self, k) for k in ("n_layer", "n_head", "n_embd", "block_size")}
+        flags = {k: getattr(self, k) for k in ("n_layer", "n_head", "n_embd", "block_size")}
+        return {**flags, **parse_model_settings(self.model_settings)}
 
     def local_worker_backends(self) -> list[str]:
         if self.worker_backends:
@@ -98,6 +120,7 @@ class RunConfig:
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        parse_model_settings(self.model_settings)
         for name in ("n_layer", "n_head", "n_embd", "block_size", "device"):
             value = getattr(self, name)
             if value is not None and value < (0 if name == "device" else 1):

@@ -26,7 +26,7 @@ USAGE = {
     "optimizer": "pcp train --optimizer $name",
     "transport": "pcp train --algorithm diloco --transport $name",
     "algorithm": "pcp train --algorithm $name",
-    "model": "pcp train --model $name",
+    "model": "pcp train --model $name --model-settings context=8,n_hidden=256",
     "dataset": "pcp train --dataset $name --data DIR_OF_TXT_FILES",
 }
 

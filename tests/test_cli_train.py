@@ -48,6 +48,8 @@ def test_config_file_and_flags(tmp_path: Path) -> None:
         (["--steps", "-3"], "steps must be positive"),
         (["--n-embd", "30", "--n-head", "4"], "divisible by n_head"),
         (["--steps", "15", "--steps-per-call", "10"], "multiple of steps_per_call"),
+        (["--model-settings", "n_layer=x"], "expected KEY=INTEGER, got 'n_layer=x'"),
+        (["--model-settings", "depth=3"], "has no setting(s) ['depth']"),
     ],
 )
 def test_bad_input_is_one_line(args: list[str], message: str) -> None:
@@ -55,6 +57,16 @@ def test_bad_input_is_one_line(args: list[str], message: str) -> None:
     assert result.returncode == 2
     assert message in result.stderr and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_model_settings_reach_the_model(tmp_path: Path) -> None:
+    """--model-settings sets any model's own settings (here nanoGPT's, as the flags do)."""
+    out = tmp_path / "run"
+    settings = "n_layer=1,n_head=2,n_embd=16,block_size=16"
+    result = run_pcp("train", "--model-settings", settings, "--steps", "10", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    params, _ = checkpoint.load(out / "checkpoint.safetensors")
+    assert params["wte"].shape[1] == 16 and "h.1.ln_1.weight" not in params
 
 
 def test_diverging_run_stops_without_checkpointing_it(tmp_path: Path) -> None:
