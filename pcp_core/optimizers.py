@@ -27,6 +27,31 @@ class InnerSettings:
     grad_clip: float = 1.0  # global-norm clip; 0 disables it
 
 
+def learning_rate(settings: InnerSettings) -> Any:
+    """PCP's inner schedule: linear warmup from 0 to `lr`, then cosine decay to `min_lr`
+    at `total_steps`. An optax schedule: a plugin that calls it declares optax, as
+    pcp-core does not depend on it."""
+    import optax
+
+    warmup = max(settings.warmup_steps, 0)
+    return optax.warmup_cosine_decay_schedule(
+        init_value=0.0,
+        peak_value=settings.lr,
+        warmup_steps=warmup,
+        decay_steps=max(settings.total_steps, warmup + 1),
+        end_value=settings.min_lr,
+    )
+
+
+def clipped(settings: InnerSettings, step: "GradientTransformation") -> "GradientTransformation":
+    """`step` after global-norm clipping at `settings.grad_clip` (0: no clipping)."""
+    import optax
+
+    if settings.grad_clip > 0:
+        return optax.chain(optax.clip_by_global_norm(settings.grad_clip), step)
+    return step
+
+
 class GradientTransformation(Protocol):
     """optax's interface: `update` returns additive updates and the new state."""
 

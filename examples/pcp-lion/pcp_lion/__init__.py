@@ -9,7 +9,13 @@ with PCP's usual schedule (linear warmup, then cosine decay) and global-norm cli
 from typing import Any, NamedTuple
 
 from pcp_core import hookimpl
-from pcp_core.optimizers import GradientTransformation, InnerOptimizer, InnerSettings
+from pcp_core.optimizers import (
+    GradientTransformation,
+    InnerOptimizer,
+    InnerSettings,
+    clipped,
+    learning_rate,
+)
 
 PCP_PLUGIN_API = 1  # the pcp_core.PLUGIN_API this plugin is written for
 
@@ -24,13 +30,7 @@ def build(settings: InnerSettings) -> GradientTransformation:
     import jax.numpy as jnp
     import optax
 
-    schedule = optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=settings.lr,
-        warmup_steps=max(settings.warmup_steps, 0),
-        decay_steps=max(settings.total_steps, settings.warmup_steps + 1),
-        end_value=settings.min_lr,
-    )
+    schedule = learning_rate(settings)
     b1, b2, decay = settings.beta1, settings.beta2, settings.weight_decay
 
     def init(params: Any) -> LionState:
@@ -47,10 +47,7 @@ def build(settings: InnerSettings) -> GradientTransformation:
         momentum = jax.tree_util.tree_map(lambda g, m: b2 * m + (1 - b2) * g, grads, state.momentum)
         return updates, LionState(state.count + 1, momentum)
 
-    lion = optax.GradientTransformation(init, update)
-    if settings.grad_clip > 0:
-        return optax.chain(optax.clip_by_global_norm(settings.grad_clip), lion)
-    return lion
+    return clipped(settings, optax.GradientTransformation(init, update))
 
 
 LION = InnerOptimizer(name="lion", build=build, description="Lion (sign momentum), an example")

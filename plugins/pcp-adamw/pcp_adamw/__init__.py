@@ -6,23 +6,15 @@ nanoGPT: biases, norms' gains are not decayed.
 """
 
 from pcp_core import hookimpl
-from pcp_core.optimizers import GradientTransformation, InnerOptimizer, InnerSettings
+from pcp_core.optimizers import (
+    GradientTransformation,
+    InnerOptimizer,
+    InnerSettings,
+    clipped,
+    learning_rate,
+)
 
 PCP_PLUGIN_API = 1  # the pcp_core.PLUGIN_API this plugin is written for
-
-
-def learning_rate(settings: InnerSettings):
-    """Linear warmup from 0 to `lr`, then cosine decay to `min_lr` at `total_steps`."""
-    import optax
-
-    warmup = max(settings.warmup_steps, 0)
-    return optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=settings.lr,
-        warmup_steps=warmup,
-        decay_steps=max(settings.total_steps, warmup + 1),
-        end_value=settings.min_lr,
-    )
 
 
 def build(settings: InnerSettings) -> GradientTransformation:
@@ -40,9 +32,7 @@ def build(settings: InnerSettings) -> GradientTransformation:
         weight_decay=settings.weight_decay,
         mask=decay_mask,
     )
-    if settings.grad_clip > 0:
-        return optax.chain(optax.clip_by_global_norm(settings.grad_clip), adamw)
-    return adamw
+    return clipped(settings, adamw)
 
 
 ADAMW = InnerOptimizer(name="adamw", build=build, description="AdamW with warmup + cosine decay")
