@@ -3,6 +3,8 @@
 The `e2e` fixture starts processes with their output in files, and kills (by pid) any
 it started that are still running when the test ends; it also finds processes by their
 command line through /proc, which is how the tests check that no worker is left over.
+The `network` fixture puts processes on hosts of their own (netns.py): start one there
+with `e2e.start(name, net.command(host, argv))`.
 """
 
 import contextlib
@@ -20,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from . import netns
 
 # Small enough to compile in seconds, big enough that frame headers stay well under
 # 2% of what a round moves.
@@ -176,3 +180,13 @@ def e2e(tmp_path: Path) -> Iterator[E2E]:
     harness = E2E(folder)
     yield harness
     harness.end_all()
+
+
+@pytest.fixture
+def network() -> Iterator[Callable[[int], netns.Network]]:
+    """`network(n)` builds n hosts on a switch (see netns.py), torn down with the test.
+    Skips where namespaces cannot be built, and fails under CI instead."""
+    if reason := netns.netns_unavailable():
+        netns.skip_or_fail(reason)
+    with contextlib.ExitStack() as stack:
+        yield lambda count: stack.enter_context(netns.network(count))
