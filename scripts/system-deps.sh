@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # System packages the tests use: a Vulkan loader and Mesa's lavapipe, so the Vulkan
-# backend trains for real on a machine without a GPU. Without them (no apt-get, not
-# root) the Vulkan device tests skip with the reason, except under CI (CI set), where
-# this script fails instead.
+# backend trains for real on a machine without a GPU; iproute2 (`ip`, `tc`), so the
+# DiLoCo fault tests put the shepherd and workers on network namespaces of their own
+# (netem, which they use to slow links, is the kernel's: no package brings it). Without
+# them (no apt-get, not root) those tests skip with the reason, except under CI (CI
+# set), where this script fails instead.
 set -euo pipefail
-packages=(libvulkan1 mesa-vulkan-drivers)
+packages=(libvulkan1 mesa-vulkan-drivers iproute2)
 if dpkg -s "${packages[@]}" >/dev/null 2>&1; then
     exit 0
 fi
 cannot() {
     if [ -n "${CI:-}" ]; then echo "system-deps: $1; CI needs them" >&2; exit 1; fi
-    echo "system-deps: $1; Vulkan device tests will skip" >&2
+    echo "system-deps: $1; Vulkan device and network-namespace tests will skip" >&2
     exit 0
 }
 if ! command -v apt-get >/dev/null; then cannot "no apt-get"; fi
