@@ -6,15 +6,18 @@ little-endian bytes after the metadata.
 
 A session: worker → Hello; shepherd → Challenge; worker → Proof; shepherd → Welcome
 (or Reject); shepherd → Setup (program, data, optimizer state); then per round
-shepherd → Assignment (global params), worker → Result (pseudo-gradient); finally
-shepherd → Stop.
+shepherd → Assignment (global params), worker → Result (losses and the pseudo-gradient's
+norm, no tensors), shepherd → Fetch (or Discard), worker → Delta (the pseudo-gradient);
+finally shepherd → Stop. After the Welcome both sides send a Heartbeat every
+`Welcome.heartbeat_s` while they have nothing else to say, so each can tell a silent
+peer from a busy one.
 """
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2
 
 
 @dataclass
@@ -30,6 +33,7 @@ class Hello:
     arch: str
     iree_runtime_version: str
     device: str = ""
+    previous_index: int = -1  # the index it had before a restart (its state is for that)
 
 
 @dataclass
@@ -47,6 +51,7 @@ class Proof:
 class Welcome:
     worker_index: int
     mac: bytes  # HMAC(secret, worker's nonce + shepherd's nonce)
+    heartbeat_s: float = 5.0  # both sides send a Heartbeat at least this often
 
 
 @dataclass
@@ -71,14 +76,47 @@ class Assignment:
     shard_count: int
     seed: int
     tensors: list[Tensor] = field(default_factory=list)  # global params
+    attempt: int = 0  # a retried round has the same round and a new attempt
 
 
 @dataclass
 class Result:
+    """A finished round, without its tensors: the shepherd decides whether to fetch them."""
+
     round: int
+    attempt: int
     losses: list[float]
     compute_s: float
+    norm: float  # ‖θ_global − θ_local‖, checked against the tensors when they arrive
+
+
+@dataclass
+class Fetch:
+    """The shepherd wants the pseudo-gradient of a Result."""
+
+    round: int
+    attempt: int
+
+
+@dataclass
+class Discard:
+    """The shepherd refuses a Result (or is done with the round without it)."""
+
+    round: int
+    attempt: int
+    reason: str
+
+
+@dataclass
+class Delta:
+    round: int
+    attempt: int
     tensors: list[Tensor] = field(default_factory=list)  # pseudo-gradient θ_global − θ_local
+
+
+@dataclass
+class Heartbeat:
+    """Nothing to say, but alive."""
 
 
 @dataclass
@@ -94,7 +132,20 @@ class Failure:
 
 
 Message = (
-    Hello | Challenge | Proof | Welcome | Reject | Setup | Assignment | Result | Stop | Failure
+    Hello
+    | Challenge
+    | Proof
+    | Welcome
+    | Reject
+    | Setup
+    | Assignment
+    | Result
+    | Fetch
+    | Discard
+    | Delta
+    | Heartbeat
+    | Stop
+    | Failure
 )
 MESSAGE_TYPES: tuple[type, ...] = (
     Hello,
@@ -107,6 +158,10 @@ MESSAGE_TYPES: tuple[type, ...] = (
     Result,
     Stop,
     Failure,
+    Fetch,
+    Discard,
+    Delta,
+    Heartbeat,
 )
 
 

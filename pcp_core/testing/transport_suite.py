@@ -28,14 +28,18 @@ def sample_messages() -> list[Any]:
         messages.Tensor("tokens", np.arange(7, dtype=np.int32)),
     ]
     return [
-        messages.Hello("worker-a", "cpu", "host", "3.13.0", device="cpu0"),
+        messages.Hello("worker-a", "cpu", "host", "3.13.0", device="cpu0", previous_index=2),
         messages.Challenge(b"\x00nonce\xff"),
         messages.Proof(b"mac" * 8, b"nonce"),
-        messages.Welcome(3, b"mac" * 8),
+        messages.Welcome(3, b"mac" * 8, 2.5),
+        messages.Fetch(2, 1),
+        messages.Discard(2, 1, "stale"),
         messages.Reject("no"),
         messages.Setup("ab" * 32, '{"k": 1}', tensors),
-        messages.Assignment(2, 50, 1, 4, 7, tensors),
-        messages.Result(2, [1.5, 1.25], 0.5, tensors),
+        messages.Assignment(2, 50, 1, 4, 7, tensors, attempt=1),
+        messages.Result(2, 1, [1.5, 1.25], 0.5, 3.25),
+        messages.Delta(2, 1, tensors),
+        messages.Heartbeat(),
         messages.Stop("done"),
         messages.Failure("it broke"),
     ]
@@ -119,17 +123,17 @@ class TransportConformance:
 
     def test_tensors_land_in_the_callers_buffers(self, pair: tuple[Any, Any, Any]) -> None:
         _, server, client = pair
-        message = sample_messages()[7]
+        message = next(m for m in sample_messages() if isinstance(m, messages.Delta))
         sink = BufferSink()
         received = self.transfer(client, server, message, sink)
         assert len(sink.arrays) == len(message.tensors)
         for ours, theirs in zip(sink.arrays, message.tensors, strict=True):
             np.testing.assert_array_equal(ours, theirs.array)
-        assert received.round == message.round and received.losses == message.losses
+        assert (received.round, received.attempt) == (message.round, message.attempt)
 
     def test_a_frame_over_the_limit_is_refused(self, pair: tuple[Any, Any, Any]) -> None:
         _, server, client = pair
-        big = messages.Result(1, [0.0], 0.0, [messages.Tensor("big", np.zeros(2**19, np.float32))])
+        big = messages.Delta(1, 0, [messages.Tensor("big", np.zeros(2**19, np.float32))])
         with pytest.raises(FrameTooLarge):
             client.send(big)  # refused before a byte is sent: the connection stays usable
         assert same(self.transfer(client, server, messages.Stop()), messages.Stop())

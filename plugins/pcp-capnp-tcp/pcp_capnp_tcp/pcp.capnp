@@ -23,6 +23,10 @@ struct Frame {
     result @8 :Result;
     stop @9 :Stop;
     failure @10 :Failure;
+    fetch @12 :Fetch;
+    discard @13 :Discard;
+    delta @14 :Delta;
+    heartbeat @15 :Heartbeat;
   }
   tensors @11 :List(TensorHeader);
 }
@@ -40,6 +44,7 @@ struct Hello {
   arch @2 :Text;
   ireeRuntimeVersion @3 :Text;
   device @4 :Text;
+  previousIndex @5 :Int32;
 }
 
 struct Challenge {
@@ -54,6 +59,7 @@ struct Proof {
 struct Welcome {
   workerIndex @0 :UInt32;
   mac @1 :Data;
+  heartbeatS @2 :Float64;
 }
 
 struct Reject {
@@ -71,13 +77,34 @@ struct Assignment {
   shardIndex @2 :UInt32;
   shardCount @3 :UInt32;
   seed @4 :Int64;
+  attempt @5 :UInt32;
 }
 
 struct Result {
   round @0 :UInt64;
   losses @1 :List(Float64);
   computeS @2 :Float64;
+  attempt @3 :UInt32;
+  norm @4 :Float64;
 }
+
+struct Fetch {
+  round @0 :UInt64;
+  attempt @1 :UInt32;
+}
+
+struct Discard {
+  round @0 :UInt64;
+  attempt @1 :UInt32;
+  reason @2 :Text;
+}
+
+struct Delta {
+  round @0 :UInt64;
+  attempt @1 :UInt32;
+}
+
+struct Heartbeat {}
 
 struct Stop {
   reason @0 :Text;

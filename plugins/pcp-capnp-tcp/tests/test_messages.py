@@ -12,7 +12,11 @@ from pcp_core.messages import (
     MESSAGE_TYPES,
     Assignment,
     Challenge,
+    Delta,
+    Discard,
     Failure,
+    Fetch,
+    Heartbeat,
     Hello,
     Proof,
     Reject,
@@ -40,14 +44,18 @@ def sample_tensors() -> list[Tensor]:
 
 
 SAMPLES = {
-    Hello: Hello("w0", "cpu", "x86-64-v3", "3.13.0", device="local-task://0"),
+    Hello: Hello("w0", "cpu", "x86-64-v3", "3.13.0", device="local-task://0", previous_index=4),
     Challenge: Challenge(nonce=bytes(range(32))),
     Proof: Proof(mac=b"\x00" * 31 + b"\xff", nonce=b"\x10" * 16),
-    Welcome: Welcome(worker_index=3, mac=b"mac\x00"),
+    Welcome: Welcome(worker_index=3, mac=b"mac\x00", heartbeat_s=7.5),
     Reject: Reject("wrong secret: ünïcödé"),
     Setup: Setup("ab" * 32, '{"batch": 8}', tensors=sample_tensors()),
-    Assignment: Assignment(2**40, 500, 3, 8, seed=-17, tensors=sample_tensors()),
-    Result: Result(5, [3.5, 2.25, float("inf")], 12.5, tensors=sample_tensors()),
+    Assignment: Assignment(2**40, 500, 3, 8, seed=-17, tensors=sample_tensors(), attempt=2),
+    Result: Result(5, 2, [3.5, 2.25, float("inf")], 12.5, norm=7.25),
+    Fetch: Fetch(5, 2),
+    Discard: Discard(5, 2, "norm over 10x the median"),
+    Delta: Delta(5, 2, tensors=sample_tensors()),
+    Heartbeat: Heartbeat(),
     Stop: Stop(),
     Failure: Failure("out of device memory"),
 }
@@ -109,7 +117,7 @@ class Buffers:
 
 def test_sink_receives_into_preallocated_buffers(open_pair, transfer) -> None:
     _, server, client = open_pair()
-    sent = Result(1, [0.5], 1.0, tensors=sample_tensors())
+    sent = Delta(1, 3, tensors=sample_tensors())
     buffers = {
         t.name: np.full(t.array.shape, 99, dtype=t.array.dtype.newbyteorder("="))
         for t in sent.tensors
@@ -117,7 +125,7 @@ def test_sink_receives_into_preallocated_buffers(open_pair, transfer) -> None:
     sink = Buffers(dict(buffers))
     received, _ = transfer(client, server, sent, sink)
     assert received.tensors == []  # the sink took them
-    assert (received.round, received.losses) == (1, [0.5])
+    assert (received.round, received.attempt) == (1, 3)
     assert sink.filled_names == [t.name for t in sent.tensors]
     for tensor in sent.tensors:
         assert sink.arrays[tensor.name] is buffers[tensor.name]
@@ -126,7 +134,7 @@ def test_sink_receives_into_preallocated_buffers(open_pair, transfer) -> None:
 
 def test_sink_with_a_wrong_buffer_fails_and_closes(open_pair, transfer) -> None:
     _, server, client = open_pair()
-    sent = Result(1, [], 1.0, tensors=[Tensor("w", np.ones((2, 2), np.float32))])
+    sent = Delta(1, 0, tensors=[Tensor("w", np.ones((2, 2), np.float32))])
     with pytest.raises(ValueError, match="sink buffer for tensor 'w'"):
         transfer(client, server, sent, Buffers({"w": np.ones((2, 2), np.float64)}))
     with pytest.raises(ConnectionError):
@@ -145,7 +153,7 @@ def test_bfloat16_round_trip(open_pair, transfer) -> None:
 def test_unsupported_dtype_is_refused_before_sending(open_pair) -> None:
     _, _, client = open_pair()
     with pytest.raises(ValueError, match="unsupported tensor dtype 'object'"):
-        client.send(Result(0, [], 0.0, [Tensor("o", np.array([object()]))]))
+        client.send(Delta(0, 0, [Tensor("o", np.array([object()]))]))
     assert client.bytes_sent == 0
 
 

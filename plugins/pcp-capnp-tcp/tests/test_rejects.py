@@ -12,7 +12,7 @@ import pytest
 from pcp_capnp_tcp import connect, header, listen
 from pcp_capnp_tcp.connection import MAGIC, PREFIX
 
-from pcp_core.messages import PROTOCOL_VERSION, Result, Stop, Tensor
+from pcp_core.messages import PROTOCOL_VERSION, Delta, Stop, Tensor
 from pcp_core.transport import (
     FrameTooLarge,
     ProtocolMismatch,
@@ -48,7 +48,7 @@ def test_oversized_frame_rejected_before_payload_other_connection_unaffected(
     big_server = listener.accept(10)
     small = connect(*listener.address, TransportOptions(timeout_s=10))
     small_server = listener.accept(10)
-    oversized = Result(0, [], 0.0, [Tensor("g", np.zeros(64 * MiB, np.uint8))])
+    oversized = Delta(0, 0, [Tensor("g", np.zeros(64 * MiB, np.uint8))])
     with ThreadPoolExecutor(1) as pool:
         sending = pool.submit(big.send, oversized)
         with pytest.raises(FrameTooLarge, match="over the limit of 1048576"):
@@ -58,7 +58,7 @@ def test_oversized_frame_rejected_before_payload_other_connection_unaffected(
             sending.result()
     with pytest.raises(TransportError):
         big_server.receive()  # closed
-    fits = Result(1, [1.0], 2.0, [Tensor("g", np.arange(1000, dtype=np.float32))])
+    fits = Delta(1, 0, [Tensor("g", np.arange(1000, dtype=np.float32))])
     received, _ = transfer(small, small_server, fits)
     np.testing.assert_array_equal(received.tensors[0].array, fits.tensors[0].array)
     late = connect(*listener.address, TransportOptions(timeout_s=10))
@@ -72,7 +72,7 @@ def test_sender_refuses_frame_over_its_own_limit_and_stays_usable(listener, tran
     client = connect(*listener.address, TransportOptions(max_frame_bytes=MiB))
     server = listener.accept(10)
     with pytest.raises(FrameTooLarge):
-        client.send(Result(0, [], 0.0, [Tensor("g", np.zeros(2 * MiB, np.uint8))]))
+        client.send(Delta(0, 0, [Tensor("g", np.zeros(2 * MiB, np.uint8))]))
     assert client.bytes_sent == 0
     assert transfer(client, server, Stop("bye"))[0] == Stop("bye")
     client.close()
@@ -96,37 +96,37 @@ def tensor_header(name="t", dtype="float32", shape=(4,), nbytes=16) -> TensorHea
         (b"\x00" * 8 + b"\xff" * 24, 0, TransportError, "malformed frame header"),
         (b"\x00" * 4 + b"\xff" * 28, 0, TransportError, "malformed frame header"),
         (
-            header.encode(Result(0, [], 0.0), [tensor_header(nbytes=15)]),
+            header.encode(Delta(0, 0), [tensor_header(nbytes=15)]),
             15,
             TransportError,
             "is 16 bytes, its header says 15",
         ),
         (
-            header.encode(Result(0, [], 0.0), [tensor_header()]),
+            header.encode(Delta(0, 0), [tensor_header()]),
             17,
             TransportError,
             "add up to 16 bytes, the frame prefix says 17",
         ),
         (
-            header.encode(Result(0, [], 0.0), [tensor_header(dtype="object", nbytes=32)]),
+            header.encode(Delta(0, 0), [tensor_header(dtype="object", nbytes=32)]),
             32,
             TransportError,
             "unsupported tensor dtype 'object'",
         ),
         (
-            header.encode(Result(0, [], 0.0), [tensor_header(dtype="f4")]),
+            header.encode(Delta(0, 0), [tensor_header(dtype="f4")]),
             16,
             TransportError,
             "unsupported tensor dtype 'f4'",
         ),
         (
-            header.encode(Result(0, [], 0.0), [tensor_header(shape=(0, 2**62), nbytes=0)]),
+            header.encode(Delta(0, 0), [tensor_header(shape=(0, 2**62), nbytes=0)]),
             0,
             TransportError,
             "impossible shape",
         ),
         (
-            header.encode(Result(0, [], 0.0), [tensor_header(shape=(1,) * 33, nbytes=4)]),
+            header.encode(Delta(0, 0), [tensor_header(shape=(1,) * 33, nbytes=4)]),
             4,
             TransportError,
             "impossible shape",
@@ -180,7 +180,7 @@ def test_huge_declared_header_rejected(listener) -> None:
 
 def test_peer_disconnect_mid_frame(listener) -> None:
     raw, server = raw_peer(listener)
-    encoded = header.encode(Result(0, [], 0.0), [tensor_header(shape=(MiB // 8,), nbytes=MiB // 2)])
+    encoded = header.encode(Delta(0, 0), [tensor_header(shape=(MiB // 8,), nbytes=MiB // 2)])
     raw.sendall(frame(encoded, MiB // 2) + b"\x01" * 1000)
     raw.close()
     with pytest.raises(TransportError, match="closed the connection mid-frame"):
