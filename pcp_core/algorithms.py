@@ -34,13 +34,15 @@ class RunContext:
     progress: Progress = field(default_factory=SilentProgress)
     # True for the one-command form: the algorithm starts its own local workers.
     local_workers: bool = False
+    # True for `--resume RUN_DIR`: continue from the run directory's last good checkpoint.
+    resume: bool = False
 
 
 @dataclass(frozen=True)
 class Algorithm:
     """Drives a whole run and returns the summary written to summary.json.
 
-    A distributed algorithm also gives `worker_round(session, assignment) -> Result`,
+    A distributed algorithm also gives `worker_round(session, assignment) -> RoundWork`,
     what a worker does with one round's assignment (see `pcp_core.worker`).
     """
 
@@ -48,3 +50,4 @@ class Algorithm:
     run: Callable[[RunContext], dict[str, Any]]
     description: str = ""
     worker_round: Callable[..., Any] | None = None
+    resumable: bool = False  # `run` honours RunContext.resume

@@ -79,6 +79,19 @@ def _option(name: str, annotation: Any, option: Any) -> inspect.Parameter:
     )
 
 
+RESUME_OPTION = _option(
+    "resume",
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        None,
+        "--resume",
+        help="Continue the run in RUN_DIR from its last intact checkpoint, with its "
+        "config.toml (flags given here win, e.g. a larger --steps).",
+        metavar="RUN_DIR",
+    ),
+)
+
+
 def with_run_config(
     command: Callable[..., None],
     defaults: dict[str, Any] | None = None,
@@ -88,6 +101,8 @@ def with_run_config(
 
     `defaults` replace the dataclass defaults for this command (the TOML file and flags
     still win over them); `extra` options are passed to `command` as keyword arguments.
+    With RESUME_OPTION among them, `--resume RUN_DIR` reads RUN_DIR/config.toml as the
+    config file and writes into RUN_DIR.
     """
     defaults = defaults or {}
     extra = extra or []
@@ -118,6 +133,16 @@ def with_run_config(
     def wrapper(**kwargs: Any) -> None:
         config_file = kwargs.pop("config_file")
         extra_values = {p.name: kwargs.pop(p.name) for p in extra}
+        resume = extra_values.get("resume")
+        if resume is not None:
+            if config_file is not None or kwargs.get("out") is not None:
+                fail(
+                    "--resume RUN_DIR uses RUN_DIR/config.toml and writes into RUN_DIR; "
+                    "leave out --config and --out"
+                )
+            if not (resume / "config.toml").is_file():
+                fail(f"--resume: {resume} is not a run directory (no config.toml in it)")
+            config_file, kwargs["out"] = resume / "config.toml", resume
         try:
             resolved = run_config.resolve(config_file, kwargs, defaults)
         except run_config.ConfigError as error:
@@ -130,10 +155,13 @@ def with_run_config(
     return wrapper
 
 
-def run_algorithm(config: run_config.RunConfig, local_workers: bool) -> dict[str, Any]:
+def run_algorithm(
+    config: run_config.RunConfig, local_workers: bool, resume: bool = False
+) -> dict[str, Any]:
     """Run the configured algorithm into a run directory; shared by train and shepherd.
 
-    With `local_workers`, a distributed algorithm starts its own workers on this machine.
+    With `local_workers`, a distributed algorithm starts its own workers on this machine;
+    with `resume`, it continues the run in `config.out` from its checkpoint.
     """
     from pcp_core.algorithms import RunContext
     from pcp_core.metrics import MetricsLog, new_run_dir, write_json
@@ -141,6 +169,8 @@ def run_algorithm(config: run_config.RunConfig, local_workers: bool) -> dict[str
 
     host = plugins.host()
     algorithm = host.algorithm(config.algorithm)
+    if resume and not algorithm.resumable:
+        raise run_config.ConfigError(f"algorithm {config.algorithm!r} cannot resume a run")
     for name in {config.backend, *config.local_worker_backends()}:
         host.backend(name).check_precision(config.precision)  # fail before any work
     if local_workers:  # no worker starts, to crash and be restarted, without a device
@@ -160,6 +190,7 @@ def run_algorithm(config: run_config.RunConfig, local_workers: bool) -> dict[str
             plugins=host,
             progress=progress,
             local_workers=local_workers,
+            resume=resume,
         )
         try:
             summary = algorithm.run(ctx)
@@ -200,18 +231,21 @@ def run_or_explain(body: Callable[[], None]) -> None:
         fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
 
 
-@app.command()
-@with_run_config
-def train(config: run_config.RunConfig) -> None:
+def train(config: run_config.RunConfig, resume: Path | None) -> None:
     """Train a model: by default the small built-in GPT on the built-in corpus, on the CPU.
 
     Writes metrics.jsonl, summary.json, config.toml and checkpoint.safetensors to the run
     directory (--out).
     """
-    run_or_explain(lambda: report(run_algorithm(config, local_workers=True)))
+    run_or_explain(
+        lambda: report(run_algorithm(config, local_workers=True, resume=resume is not None))
+    )
 
 
-def shepherd(config: run_config.RunConfig) -> None:
+app.command("train")(with_run_config(train, extra=[RESUME_OPTION]))
+
+
+def shepherd(config: run_config.RunConfig, resume: Path | None) -> None:
     """Coordinate a distributed run: wait for --workers to join, then drive the rounds.
 
     Start workers elsewhere with `pcp worker --connect HOST:PORT --backend NAME`. Listening
@@ -221,12 +255,14 @@ def shepherd(config: run_config.RunConfig) -> None:
     def body() -> None:
         if plugins.host().algorithm(config.algorithm).worker_round is None:
             fail(f"algorithm {config.algorithm!r} is not distributed; use --algorithm diloco")
-        report(run_algorithm(config, local_workers=False))
+        report(run_algorithm(config, local_workers=False, resume=resume is not None))
 
     run_or_explain(body)
 
 
-app.command("shepherd")(with_run_config(shepherd, defaults={"algorithm": "diloco"}))
+app.command("shepherd")(
+    with_run_config(shepherd, defaults={"algorithm": "diloco"}, extra=[RESUME_OPTION])
+)
 
 
 def compile_vmfb(config: run_config.RunConfig, output: Path) -> None:
@@ -308,8 +344,23 @@ def worker(
     tls_ca: Optional[Path] = typer.Option(  # noqa: UP045
         None, "--tls-ca", help="CA (PEM) to verify the shepherd's TLS certificate; enables TLS."
     ),
+    timeout: float = typer.Option(
+        30.0,
+        "--timeout",
+        help="Seconds the shepherd may stay silent (it sends heartbeats) before this worker "
+        "gives up on the connection and, supervised, reconnects.",
+    ),
+    state_dir: Optional[Path] = typer.Option(  # noqa: UP045
+        None,
+        "--state-dir",
+        help="Where the inner optimizer state is saved after each round, so a restarted "
+        "worker resumes it [default: a per-shepherd folder in the user state directory].",
+    ),
     restarts: int = typer.Option(
-        5, "--restarts", help="Restart after a crash this many times (with backoff); 0: never."
+        5,
+        "--restarts",
+        help="Restart after a crash, with backoff, up to this many times in a row (a run "
+        "of over a minute resets the count); 0: never.",
     ),
 ) -> None:
     """Join a shepherd and train on this machine's device until told to stop."""
@@ -319,6 +370,8 @@ def worker(
     host, _, port = connect.rpartition(":")
     if not host or not port.isdigit():
         fail(f"--connect must be HOST:PORT, got {connect!r}")
+    if timeout <= 0:
+        fail(f"--timeout must be positive, got {timeout}")
     if restarts > 0:
         from pcp_core.malloc import retaining_env
         from pcp_core.supervisor import Supervisor
@@ -328,6 +381,7 @@ def worker(
 
     def body() -> None:
         from pcp_core.auth import AuthError, load_secret
+        from pcp_core.worker_state import StateDirBusy, default_state_dir
 
         try:
             options = worker_runtime.WorkerOptions(
@@ -338,10 +392,11 @@ def worker(
                 device=device,
                 secret=load_secret(token_file),
                 transport=transport,
-                transport_options=TransportOptions(tls_ca=tls_ca),
+                transport_options=TransportOptions(timeout_s=timeout, tls_ca=tls_ca),
+                state_dir=state_dir or default_state_dir(host, port, backend, device),
             )
             worker_runtime.run_worker(options, plugins.host())
-        except (worker_runtime.JoinRefused, AuthError) as error:
+        except (worker_runtime.JoinRefused, AuthError, StateDirBusy) as error:
             typer.secho(f"error: refused: {error}", fg=typer.colors.RED, err=True)
             raise typer.Exit(exit_codes.REFUSED) from None
         except TransportError as error:

@@ -94,7 +94,23 @@ class RunConfig:
     transport: str = _opt("capnp-tcp", "DiLoCo: transport between shepherd and workers.")
     host: str = _opt("127.0.0.1", "Shepherd: address to listen on.")
     port: int | None = _opt(None, "Shepherd: TCP port (default 7433; any free one for train).")
-    join_timeout: float = _opt(600.0, "Shepherd: seconds to wait for the workers to join.")
+    join_timeout: float = _opt(
+        600.0,
+        "Shepherd: seconds to wait for workers to join (at the start, or when too few are left).",
+    )
+    min_workers: int = _opt(
+        1, "Shepherd: accepted results a round needs; below that it is retried or waits."
+    )
+    worker_timeout: float = _opt(
+        30.0, "Seconds of silence after which a peer is declared dead (heartbeats every quarter)."
+    )
+    round_timeout: float | None = _opt(
+        None,
+        "Shepherd: a round's deadline in seconds (default: 3x recent rounds + --worker-timeout).",
+    )
+    checkpoint_every: int = _opt(
+        1, "Shepherd: write the resumable checkpoint every N rounds (and at the end)."
+    )
     token_file: Path | None = _opt(None, "File holding the shared secret (else $PCP_TOKEN).")
     tls_cert: Path | None = _opt(None, "TLS certificate (PEM) the shepherd presents.")
     tls_key: Path | None = _opt(None, "TLS private key (PEM) for --tls-cert.")
@@ -116,7 +132,7 @@ class RunConfig:
                 raise ConfigError(f"worker_backends: empty name in {self.worker_backends!r}")
             self.workers = len(backends)
         positive = ["steps", "batch_size", "steps_per_call", "eval_batches", "workers"]
-        positive += ["inner_steps"]
+        positive += ["inner_steps", "min_workers", "checkpoint_every", "worker_timeout"]
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
@@ -128,6 +144,8 @@ class RunConfig:
         for name in ("lr", "min_lr", "weight_decay", "eps", "grad_clip", "outer_lr"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
+        if self.round_timeout is not None and self.round_timeout <= 0:
+            raise ConfigError(f"round_timeout must be positive, got {self.round_timeout}")
         if self.port is not None and not 0 <= self.port < 65536:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
         if self.warmup_steps < 0 or self.eval_every < 0:

@@ -5,14 +5,17 @@ import contextlib
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import structlog
 
 from pcp_core import auth
+from pcp_core.admission import Admission
 from pcp_core.algorithms import RunContext
 from pcp_core.config import ConfigError, RunConfig
+from pcp_core.liveness import heartbeat_interval
 from pcp_core.malloc import retaining_env
-from pcp_core.shepherd import Shepherd
+from pcp_core.shepherd import Limits, Shepherd
 from pcp_core.supervisor import LocalWorkers
 from pcp_core.training import TrainingSetup
 from pcp_core.transport import TransportOptions
@@ -23,10 +26,13 @@ DEFAULT_PORT = 7433
 
 
 def listener_options(config: RunConfig) -> TransportOptions:
-    """Server-side TLS only: workers prove who they are with the shared secret."""
+    """Server-side TLS only: workers prove who they are with the shared secret. Every read
+    waits at most --worker-timeout: heartbeats come four times as often."""
     if (config.tls_cert is None) != (config.tls_key is None):
         raise ConfigError("TLS needs both --tls-cert and --tls-key")
-    return TransportOptions(tls_cert=config.tls_cert, tls_key=config.tls_key)
+    return TransportOptions(
+        timeout_s=config.worker_timeout, tls_cert=config.tls_cert, tls_key=config.tls_key
+    )
 
 
 def shepherd_secret(ctx: RunContext) -> bytes:
@@ -51,11 +57,14 @@ def shepherd_secret(ctx: RunContext) -> bytes:
     return secret
 
 
-def worker_command(config: RunConfig, address: tuple[str, int], backend: str) -> list[str]:
+def worker_command(
+    config: RunConfig, address: tuple[str, int], backend: str, state_dir: Path
+) -> list[str]:
     """The command line of one local worker (supervised by this process, so no restarts)."""
     connect = f"{address[0]}:{address[1]}"
     command = [sys.executable, "-m", "pcp_core", "worker", "--connect", connect]
     command += ["--backend", backend, "--transport", config.transport, "--restarts", "0"]
+    command += ["--timeout", str(config.worker_timeout), "--state-dir", str(state_dir)]
     if config.target and backend == config.backend:
         command += ["--target", config.target]
     if config.tls_ca:
@@ -64,16 +73,33 @@ def worker_command(config: RunConfig, address: tuple[str, int], backend: str) ->
 
 
 @contextlib.contextmanager
-def shepherd(ctx: RunContext, setup: TrainingSetup, algorithm: str) -> Iterator[Shepherd]:
-    """A listening shepherd (plus local workers in the one-command form), closed on exit."""
+def shepherd(ctx: RunContext, setup: TrainingSetup, settings: dict[str, Any]) -> Iterator[Shepherd]:
+    """A listening shepherd (plus local workers in the one-command form), closed on exit.
+
+    `settings` go to every worker with its program: the algorithm's name under
+    "algorithm", a "run_id" that a worker's saved inner state must match, and anything
+    else the algorithm's worker side reads.
+    """
     config = ctx.config
     secret = shepherd_secret(ctx)
     port = config.port if config.port is not None else (0 if ctx.local_workers else DEFAULT_PORT)
     transport = ctx.plugins.transport(config.transport)
     listener = transport.listen(config.host, port, listener_options(config))
-    node = Shepherd(
-        setup=setup, listener=listener, secret=secret, plugins=ctx.plugins, algorithm=algorithm
+    admission = Admission(
+        setup=setup,
+        listener=listener,
+        secret=secret,
+        plugins=ctx.plugins,
+        settings=settings,
+        heartbeat_s=heartbeat_interval(config.worker_timeout),
     )
+    limits = Limits(
+        min_workers=config.min_workers,
+        worker_timeout_s=config.worker_timeout,
+        round_timeout_s=config.round_timeout,
+        join_timeout_s=config.join_timeout,
+    )
+    node = Shepherd(admission, limits)
     node.start()
     log.info(
         "shepherd listening",
@@ -85,8 +111,8 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, algorithm: str) -> Iterator[
     if ctx.local_workers:
         env = {**retaining_env(), auth.TOKEN_ENV: secret.decode()}
         commands = [
-            worker_command(config, listener.address, backend)
-            for backend in config.local_worker_backends()
+            worker_command(config, listener.address, backend, ctx.run_dir / f"worker-{i}")
+            for i, backend in enumerate(config.local_worker_backends())
         ]
         workers = LocalWorkers(commands, env, Path(ctx.run_dir))
     try:

@@ -1,7 +1,9 @@
 """The run directory: metrics.jsonl, summary.json, config.toml and checkpoints."""
 
 import json
+import math
 import time
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Any
@@ -17,8 +19,20 @@ def new_run_dir(root: Path = Path("runs")) -> Path:
     return path
 
 
+def finite_json(value: Any) -> Any:
+    """`value` with NaN and infinities as null: JSON has no spelling for them."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: finite_json(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [finite_json(v) for v in value]
+    return value
+
+
 class MetricsLog:
-    """Appends one JSON object per line and flushes it, so a crash loses nothing logged."""
+    """Appends one JSON object per line and flushes it, so a crash loses nothing logged.
+    A non-finite number is written as null, so every line stays valid JSON."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -30,8 +44,25 @@ class MetricsLog:
         return time.perf_counter() - self.started
 
     def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(record) + "\n")
+        self._file.write(json.dumps(finite_json(record), allow_nan=False) + "\n")
         self._file.flush()
+
+    def keep_only(self, keep: Callable[[dict[str, Any]], bool]) -> None:
+        """Rewrite the log with the records `keep` accepts (a resumed run redoes the rest);
+        a half-written last line is dropped."""
+        self._file.close()
+        kept = []
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError:
+                continue
+            if keep(record):
+                kept.append(line + "\n")
+        partial = self.path.with_name(self.path.name + ".partial")
+        partial.write_text("".join(kept), encoding="utf-8")
+        partial.replace(self.path)
+        self._file = self.path.open("a", encoding="utf-8")
 
     def close(self) -> None:
         self._file.close()

@@ -1,284 +1,125 @@
-"""The shepherd: admits workers, ships each the program compiled for its device, and
-runs rounds in which workers' results are summed as they arrive.
+"""The shepherd: the workers it holds, and rounds that survive losing some of them.
 
-Joins are handled on background threads, so a slow, malicious or broken peer never
-holds up the others; a worker that comes back (restarted by its supervisor) is
-admitted again between rounds. Pseudo-gradients are read from the socket one tensor
-at a time into a small scratch buffer and added into a running sum, so memory stays
-near three copies of the model whatever the number of workers.
+Admission (`pcp_core.admission`) brings workers in on background threads; a round
+(`pcp_core.rounds`) runs on the workers connected when it starts. This module decides
+when a round may run and whether its outcome counts:
+
+- at least `min_workers` accepted results make a round; the average is over those;
+- below that, the round is tried again (a new attempt) while enough workers are
+  connected, or the shepherd waits for workers to (re)join, up to `join_timeout`;
+- a round's deadline is `round_timeout` if set, else three times the median duration of
+  the last rounds plus `worker_timeout` (none for the first round: only the workers'
+  liveness bounds it).
 """
 
 import contextlib
-import json
 import queue
-import threading
+import statistics
 import time
+from collections import deque
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import structlog
 
-from pcp_core import auth
-from pcp_core.backends import Backend
-from pcp_core.compiler import (
-    CompiledProgram,
-    CompileError,
-    compile_program,
-    iree_compiler_version,
-)
-from pcp_core.messages import (
-    Assignment,
-    Challenge,
-    Failure,
-    Hello,
-    Proof,
-    Reject,
-    Result,
-    Setup,
-    Stop,
-    Tensor,
-    Welcome,
-)
-from pcp_core.program import TensorSpec
-from pcp_core.registry import UnknownNameError
-from pcp_core.training import TrainingSetup
-from pcp_core.transport import Connection, Listener, TensorHeader, TransportError
+from pcp_core.admission import Admission, WorkerLink
+from pcp_core.aggregation import NormBound, RunningSum, StagingPool
+from pcp_core.messages import Assignment, Stop
+from pcp_core.rounds import RoundOutcome, RoundPlan, run_attempt
+from pcp_core.transport import TransportError
 
 log = structlog.get_logger(__name__)
 
+ATTEMPTS = 3  # attempts in a row that lose no worker yet miss the quorum: the run fails
+DEADLINE_HISTORY = 5  # rounds whose duration sets the next deadline
+DEADLINE_FACTOR = 3.0
+
 
 class RoundFailed(RuntimeError):
-    """No worker returned a usable result for a round."""
+    """A round could not reach its quorum, though enough workers were connected."""
 
 
 class NotEnoughWorkers(RuntimeError):
-    """The run cannot start: too few workers joined in time, and no more are coming."""
+    """Too few workers joined in time, and no more are coming."""
 
 
 @dataclass
-class WorkerLink:
-    index: int
-    conn: Connection
-    hello: Hello
+class Limits:
+    """How long to wait for whom, and how many results make a round."""
 
-    @property
-    def label(self) -> str:
-        return f"worker {self.index} ({self.hello.backend}/{self.hello.arch})"
-
-
-@dataclass
-class RoundOutcome:
-    results: dict[int, Result]  # worker index -> result (tensors not kept)
-    bytes_sent: int
-    bytes_received: int
-    seconds: float
-    discarded: bool = False  # a worker failed mid-result: the sum is incomplete
-
-
-class _SummingSink:
-    """Reads each tensor into one scratch buffer, then adds it into the running sum."""
-
-    def __init__(self, sums: list[np.ndarray], specs: list[TensorSpec], lock: threading.Lock):
-        self.sums, self.specs, self.lock = sums, specs, lock
-        largest = max(s.nbytes for s in specs)
-        self.scratch = np.empty(largest, dtype=np.uint8)
-        self.added = 0
-
-    def buffer(self, index: int, header: TensorHeader) -> np.ndarray:
-        spec = self.specs[index] if index < len(self.specs) else None
-        if spec is None or (header.name, header.shape, header.dtype) != (
-            spec.name,
-            spec.shape,
-            spec.dtype,
-        ):
-            raise TransportError(f"unexpected tensor {header.name} {header.shape} {header.dtype}")
-        return self.scratch[: spec.nbytes].view(spec.dtype).reshape(spec.shape)
-
-    def filled(self, index: int, header: TensorHeader, array: np.ndarray) -> None:
-        with self.lock:
-            self.sums[index] += array
-        self.added += 1
+    min_workers: int = 1
+    worker_timeout_s: float = 30.0
+    round_timeout_s: float | None = None  # None: derived from earlier rounds
+    join_timeout_s: float | None = 600.0
 
 
 @dataclass
 class Shepherd:
-    setup: TrainingSetup
-    listener: Listener
-    secret: bytes
-    plugins: Any
-    algorithm: str
+    admission: Admission
+    limits: Limits = field(default_factory=Limits)
     links: dict[int, WorkerLink] = field(default_factory=dict)
-    _joined: "queue.Queue[WorkerLink]" = field(default_factory=queue.Queue)
-    _programs: dict[tuple[str, str], CompiledProgram] = field(default_factory=dict)
-    _compile_lock: threading.Lock = field(default_factory=threading.Lock)
-    _index_lock: threading.Lock = field(default_factory=threading.Lock)
-    _reserved: set[int] = field(default_factory=set)
-    _closing: threading.Event = field(default_factory=threading.Event)
-    _stop_reason: str = "done"
-    setup_bytes: int = 0
     still_coming: Callable[[], bool] = lambda: True  # may more workers still join?
+    _durations: deque[float] = field(default_factory=lambda: deque(maxlen=DEADLINE_HISTORY))
+    _bound: NormBound = field(default_factory=NormBound)
+    _staging: StagingPool | None = None
+    _stop_reason: str = "done"
 
-    # -- admission ------------------------------------------------------------------------
+    @property
+    def setup_bytes(self) -> int:
+        return self.admission.setup_bytes
 
     def start(self) -> None:
-        threading.Thread(target=self._accept_loop, name="pcp-accept", daemon=True).start()
+        self.admission.stop_late = self.stop_joined
+        self.admission.start()
 
-    def _accept_loop(self) -> None:
-        while not self._closing.is_set():
-            try:
-                conn = self.listener.accept(timeout_s=0.2)
-            except TimeoutError:
-                continue
-            except OSError:
-                if self._closing.is_set():
-                    return
-                log.warning("accept failed", exc_info=True)
-                continue
-            threading.Thread(target=self._admit, args=(conn,), daemon=True).start()
-
-    def _admit(self, conn: Connection) -> None:
-        try:
-            link = self._handshake(conn)
-            if link is not None:
-                self._joined.put(link)
-                if self._closing.is_set():  # joined while closing: close() may have missed it
-                    self._stop_joined()
-        except (TransportError, OSError, TimeoutError) as error:
-            log.warning("join failed", peer=conn.peer, error=str(error))
-            conn.close()
-        except Exception as error:  # e.g. no compiler here: refuse, so it does not retry
-            log.error(
-                "cannot serve worker", peer=conn.peer, error=f"{type(error).__name__}: {error}"
-            )
-            with contextlib.suppress(TransportError, OSError):
-                self._refuse(conn, f"the shepherd cannot serve this worker: {error}")
-
-    def _refuse(self, conn: Connection, reason: str) -> None:
-        log.warning("refusing worker", peer=conn.peer, reason=reason)
-        try:
-            conn.send(Reject(reason))
-        finally:
-            conn.close()
-
-    def _handshake(self, conn: Connection) -> WorkerLink | None:
-        hello = conn.receive()
-        if not isinstance(hello, Hello):
-            self._refuse(conn, f"expected Hello, got {type(hello).__name__}")
-            return None
-        challenge = auth.nonce()
-        conn.send(Challenge(challenge))
-        proof = conn.receive()
-        if not isinstance(proof, Proof) or not auth.matches(
-            auth.worker_proof(self.secret, challenge, proof.nonce), proof.mac
-        ):
-            self._refuse(conn, "authentication failed: wrong or missing shared secret")
-            return None
-        compiler = iree_compiler_version()
-        if hello.iree_runtime_version != compiler:
-            self._refuse(
-                conn,
-                f"IREE version mismatch: the shepherd compiles with IREE "
-                f"{compiler} but this worker runs iree-base-runtime "
-                f"{hello.iree_runtime_version}; install iree-base-runtime=={compiler}",
-            )
-            return None
-        try:
-            backend: Backend = self.plugins.backend(hello.backend)
-            backend.check_precision(self.setup.config.precision)
-        except (UnknownNameError, ValueError) as error:
-            self._refuse(conn, f"the shepherd cannot compile for this worker: {error}")
-            return None
-        try:
-            compiled = self.program_for(backend, hello.arch)
-        except CompileError as error:
-            self._refuse(conn, f"the shepherd cannot compile for this worker: {error}")
-            return None
-        index = self._reserve_index()
-        conn.send(Welcome(index, auth.shepherd_proof(self.secret, challenge, proof.nonce)))
-        link = WorkerLink(index, conn, hello)
-        try:
-            self._send_setup(link, backend, compiled)
-        except BaseException:
-            self._release_index(index)
-            raise
-        log.info("worker joined", worker=link.label, peer=conn.peer, name=hello.worker_name)
-        return link
-
-    def _reserve_index(self) -> int:
-        with self._index_lock:
-            index = next(i for i in range(len(self._reserved) + 1) if i not in self._reserved)
-            self._reserved.add(index)
-            return index
-
-    def _release_index(self, index: int) -> None:
-        with self._index_lock:
-            self._reserved.discard(index)
-
-    def program_for(self, backend: Backend, arch: str) -> CompiledProgram:
-        """One compile per distinct (backend, architecture), shared by its workers."""
-        with self._compile_lock:
-            key = (backend.name, arch)
-            if key not in self._programs:
-                self._programs[key] = compile_program(self.setup.program.stablehlo, backend, arch)
-            return self._programs[key]
-
-    def _send_setup(self, link: WorkerLink, backend: Backend, compiled: CompiledProgram) -> None:
-        program, corpus = self.setup.program, self.setup.corpus
-        settings = {
-            "algorithm": self.algorithm,
-            "driver": backend.driver,
-            "batch_size": program.batch_size,
-            "block_size": program.block_size,
-            "steps_per_call": program.steps_per_call,
-            "vocabulary": corpus.vocabulary,
-            "param_specs": [(s.name, s.shape, s.dtype) for s in program.param_specs],
-            "opt_specs": [(s.name, s.shape, s.dtype) for s in program.opt_specs],
-        }
-        params = self.setup.initial_params()
-        opt_state = program.init_opt_state(params)
-        token_dtype = np.uint8 if corpus.vocab_size <= 256 else np.int32
-        tensors = [
-            Tensor("vmfb", np.frombuffer(compiled.vmfb, dtype=np.uint8)),
-            Tensor("tokens", corpus.train.astype(token_dtype)),
-            *(Tensor(s.name, a) for s, a in zip(program.opt_specs, opt_state, strict=True)),
-        ]
-        self.setup_bytes += link.conn.send(Setup(compiled.sha256, json.dumps(settings), tensors))
-
-    def wait_for_workers(self, count: int, timeout_s: float | None = None) -> None:
-        """Block until `count` workers have joined (and received their program).
-
-        Gives up after `timeout_s`, or as soon as `still_coming()` says no more will come
-        (the one-command form's local workers have all exited).
-        """
-        deadline = None if timeout_s is None else time.monotonic() + timeout_s
-        while len(self.links) < count:
-            remaining = None if deadline is None else max(deadline - time.monotonic(), 0)
-            try:
-                link = self._joined.get(timeout=min(remaining or 1.0, 1.0))
-            except queue.Empty:
-                if deadline is not None and time.monotonic() >= deadline:
-                    raise NotEnoughWorkers(
-                        f"only {len(self.links)} of {count} workers joined in {timeout_s:.0f} s"
-                    ) from None
-                if not self.still_coming():
-                    raise NotEnoughWorkers(
-                        f"only {len(self.links)} of {count} workers joined and no more are "
-                        "coming; see the worker logs in the run directory"
-                    ) from None
-                continue
-            self.links[link.index] = link
+    # -- who takes part -------------------------------------------------------------------
 
     def admit_returning(self) -> None:
         """Take in workers that (re)joined since the last round."""
         while True:
             try:
-                link = self._joined.get_nowait()
+                link = self.admission.joined.get_nowait()
             except queue.Empty:
                 return
-            self.links[link.index] = link
+            self._take(link)
+
+    def _take(self, link: WorkerLink) -> None:
+        for old in list(self.links.values()):
+            if old.hello.worker_name == link.hello.worker_name:
+                log.warning("worker connected again; dropping its old connection", worker=old.label)
+                self._drop(old)
+        self.links[link.index] = link
+
+    def wait_for_workers(self, count: int, timeout_s: float | None = None) -> None:
+        """Block until `count` workers are connected (and have their program).
+
+        Gives up after `timeout_s`, or as soon as `still_coming()` says no more will come
+        (the one-command form's local workers have all exited).
+        """
+        self.admit_returning()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while len(self.links) < count:
+            remaining = 1.0 if deadline is None else max(deadline - time.monotonic(), 0)
+            try:
+                self._take(self.admission.joined.get(timeout=min(remaining, 1.0)))
+            except queue.Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise NotEnoughWorkers(
+                        f"only {len(self.links)} of {count} workers connected "
+                        f"within {timeout_s:.0f} s"
+                    ) from None
+                if not self.still_coming():
+                    raise NotEnoughWorkers(
+                        f"only {len(self.links)} of {count} workers connected and no more "
+                        "are coming; see the worker logs in the run directory"
+                    ) from None
+
+    def _drop(self, link: WorkerLink) -> None:
+        link.conn.close()
+        if self.links.get(link.index) is link:
+            del self.links[link.index]
+            self.admission.release_index(link.index)
 
     # -- rounds ---------------------------------------------------------------------------
 
@@ -287,81 +128,103 @@ class Shepherd:
         round_index: int,
         params: list[np.ndarray],
         delta_sum: list[np.ndarray],
-        make_assignment: Callable[[int], Assignment],
+        assignment_for: Callable[[int], Assignment],
     ) -> RoundOutcome:
-        """Send every worker the global params, sum their results into `delta_sum`.
+        """Sum the accepted pseudo-gradients of a round into `delta_sum`.
 
-        `make_assignment(worker_index)` gives each worker its round assignment.
+        `assignment_for(worker_index)` gives each worker its assignment (its `attempt` is
+        set here). Returns once at least `min_workers` results were accepted.
         """
+        specs = self.admission.setup.program.param_specs
+        if self._staging is None:
+            self._staging = StagingPool(specs)
+        attempt, refused_only = 0, 0
+        while True:
+            self._wait_for_quorum(round_index)
+            links = sorted(self.links.values(), key=lambda link: link.index)
+            assignments = {}
+            for link in links:
+                assignments[link.index] = assignment_for(link.index)
+                assignments[link.index].attempt = attempt
+            plan = RoundPlan(round_index, attempt, params, assignments, self._deadline())
+            total = RunningSum(delta_sum)
+            outcome = run_attempt(plan, links, total, self._staging, self._bound)
+            for link in outcome.lost:
+                self._drop(link)
+            if len(outcome.results) >= self.limits.min_workers:
+                self._durations.append(outcome.report_s)
+                self._bound.remember([r.norm for r in outcome.results.values()])
+                return outcome
+            every_one_non_finite = outcome.non_finite and outcome.non_finite == set(
+                outcome.rejected
+            )
+            if not outcome.results and every_one_non_finite:
+                raise FloatingPointError(
+                    f"round {round_index}: every result was NaN or Inf, the run diverged; "
+                    "lower --lr"
+                )
+            refused_only = 0 if outcome.lost else refused_only + 1
+            if refused_only >= ATTEMPTS:
+                raise RoundFailed(
+                    f"round {round_index}: {ATTEMPTS} attempts in a row ended with fewer than "
+                    f"--min-workers {self.limits.min_workers} accepted results "
+                    f"(refused: {outcome.rejected or 'none'})"
+                )
+            log.warning(
+                "round below quorum; "
+                + (
+                    "trying it again"
+                    if len(self.links) >= self.limits.min_workers
+                    else "waiting for workers, then trying it again"
+                ),
+                round=round_index,
+                attempt=attempt,
+                accepted=len(outcome.results),
+                min_workers=self.limits.min_workers,
+                connected=len(self.links),
+            )
+            attempt += 1
+
+    def _wait_for_quorum(self, round_index: int) -> None:
         self.admit_returning()
-        if not self.links:
-            raise RoundFailed("no workers are connected")
-        for total in delta_sum:
-            total.fill(0)
-        specs = self.setup.program.param_specs
-        tensors = [Tensor(s.name, p) for s, p in zip(specs, params, strict=True)]
-        lock = threading.Lock()
-        links = sorted(self.links.values(), key=lambda link: link.index)
-        before = {link.index: (link.conn.bytes_sent, link.conn.bytes_received) for link in links}
-        started = time.perf_counter()
+        if len(self.links) >= self.limits.min_workers:
+            return
+        log.warning(
+            "waiting for workers",
+            round=round_index,
+            connected=len(self.links),
+            min_workers=self.limits.min_workers,
+            timeout_s=self.limits.join_timeout_s,
+        )
+        self.wait_for_workers(self.limits.min_workers, self.limits.join_timeout_s)
+        log.info("enough workers again", round=round_index, connected=len(self.links))
 
-        def exchange(link: WorkerLink) -> tuple[Result | None, int]:
-            sink = _SummingSink(delta_sum, specs, lock)
-            try:
-                assignment = make_assignment(link.index)
-                assignment.tensors = tensors
-                link.conn.send(assignment)
-                reply = link.conn.receive(sink)
-            except (TransportError, OSError) as error:
-                log.warning("worker lost", worker=link.label, round=round_index, error=str(error))
-                return None, sink.added
-            if isinstance(reply, Failure):
-                log.warning("worker failed", worker=link.label, reason=reply.reason)
-                return None, sink.added
-            if not isinstance(reply, Result) or reply.round != round_index:
-                log.warning("worker sent a bad result", worker=link.label)
-                return None, sink.added
-            return reply, sink.added  # its tensors went into the sum
+    def _deadline(self) -> float | None:
+        if self.limits.round_timeout_s is not None:
+            return self.limits.round_timeout_s
+        if not self._durations:
+            return None
+        typical = statistics.median(self._durations)
+        return DEADLINE_FACTOR * typical + self.limits.worker_timeout_s
 
-        with ThreadPoolExecutor(max_workers=len(links)) as pool:
-            replies = list(pool.map(exchange, links))
-        seconds = time.perf_counter() - started
-
-        results: dict[int, Result] = {}
-        discarded = False
-        for link, (result, added) in zip(links, replies, strict=True):
-            if result is not None:
-                results[link.index] = result
-                continue
-            discarded = discarded or added > 0  # a partial sum cannot be undone
-            self._drop(link)
-        sent = sum(link.conn.bytes_sent - before[link.index][0] for link in links)
-        received = sum(link.conn.bytes_received - before[link.index][1] for link in links)
-        if not results:
-            raise RoundFailed(f"round {round_index}: no worker returned a result")
-        return RoundOutcome(results, sent, received, seconds, discarded)
-
-    def _drop(self, link: WorkerLink) -> None:
-        link.conn.close()
-        self.links.pop(link.index, None)
-        self._release_index(link.index)
+    # -- the end --------------------------------------------------------------------------
 
     def close(self, reason: str = "done") -> None:
         """Tell every worker to stop, those that joined too late for a round included,
         then close all connections and the listener."""
         self._stop_reason = reason
-        self._closing.set()
+        self.admission.closing.set()
         for link in list(self.links.values()):
             self._stop(link)
         self.links.clear()
-        self._stop_joined()
-        self.listener.close()
+        self.stop_joined()
+        self.admission.listener.close()
 
-    def _stop_joined(self) -> None:
+    def stop_joined(self) -> None:
         """Stop the workers that joined but were not taken into a round yet."""
         while True:
             try:
-                self._stop(self._joined.get_nowait())
+                self._stop(self.admission.joined.get_nowait())
             except queue.Empty:
                 return
 

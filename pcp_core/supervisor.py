@@ -1,8 +1,11 @@
 """The supervisor: a light parent that restarts its worker process after a crash.
 
-Restarts back off exponentially (1 s, 2 s, 4 s … up to 30 s). A clean exit, a
-configuration error (no device, missing driver, bad input), a refusal (a wrong secret
-or version) or Ctrl-C ends supervision: restarting cannot fix those
+Restarts back off exponentially (1 s, 2 s, 4 s … up to 30 s). A worker that ran for
+over `STABLE_S` before it crashed (it lost its shepherd after an hour of rounds, say)
+starts the count and the backoff afresh; `max_restarts` crashes in a row, each soon
+after its start, are a crash loop: reported once, and supervision ends. A clean exit,
+a configuration error (no device, missing driver, bad input), a refusal (a wrong secret
+or version) or Ctrl-C ends supervision too: restarting cannot fix those
 (`pcp_core.exit_codes`).
 """
 
@@ -19,9 +22,11 @@ from pcp_core import exit_codes
 
 log = structlog.get_logger(__name__)
 
+STABLE_S = 60.0
+
 
 class Supervisor:
-    """Runs `command` and restarts it after a crash, up to `max_restarts` times."""
+    """Runs `command` and restarts it after a crash, up to `max_restarts` times in a row."""
 
     def __init__(
         self,
@@ -58,18 +63,27 @@ class Supervisor:
 
     def run(self) -> int:
         """Supervise until a final exit; returns the worker's last exit code."""
-        delay = self.backoff_s
+        delay, in_a_row = self.backoff_s, 0
         while True:
             with self._lock:
                 if self._stopping.is_set():
                     return exit_codes.INTERRUPTED
+                started = time.monotonic()
                 self.process = self._spawn()
             code = self.process.wait()
             if code in exit_codes.FINAL or self._stopping.is_set():
                 return code
-            if self.restarts >= self.max_restarts:
-                log.error("worker keeps crashing; giving up", code=code, restarts=self.restarts)
+            if time.monotonic() - started > STABLE_S:
+                delay, in_a_row = self.backoff_s, 0
+            if in_a_row >= self.max_restarts:
+                log.error(
+                    "worker is in a crash loop; giving up",
+                    code=code,
+                    crashes_in_a_row=in_a_row + 1,
+                    log=str(self.log_path) if self.log_path else "above",
+                )
                 return code
+            in_a_row += 1
             self.restarts += 1
             log.warning("worker crashed; restarting", code=code, restart=self.restarts, in_s=delay)
             if self._stopping.wait(delay):

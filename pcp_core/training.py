@@ -55,14 +55,17 @@ class TrainingSetup:
         params: list[np.ndarray],
         step: int,
         extra: dict[str, np.ndarray] | None = None,
+        resume: dict[str, Any] | None = None,
     ) -> None:
-        """The parameters by name (+ `extra` tensors) and what is needed to use them."""
+        """The parameters by name (+ `extra` tensors) and what is needed to use them, plus
+        what an algorithm needs to resume from it (`resume`)."""
         tensors = dict(zip(self.param_names(), params, strict=True)) | (extra or {})
         metadata = {
             "step": step,
             "model": self.config.model,
             "model_config": self.model_config,
             "vocabulary": self.corpus.vocabulary,
+            **(resume or {}),
         }
         checkpoint.save(run_dir / "checkpoint.safetensors", tensors, metadata)
 

@@ -1,8 +1,13 @@
 """The worker: join a shepherd, load the program it ships, train when asked.
 
 The algorithm (named in the shepherd's Setup) decides what a round is; this module
-handles the join handshake, the program and data, and the message loop. The
-inner optimizer state lives on the device across rounds.
+handles the join handshake, the program and data, heartbeats, the message loop, and the
+inner optimizer state: it lives on the device across rounds and is saved after each
+(`pcp_core.worker_state`), so a restarted worker, or a round the shepherd asks for again,
+starts from the state that round started from.
+
+Losing the shepherd (silent past the timeout, or gone) ends the process with the
+"crashed" exit code; its supervisor starts it again, and it rejoins.
 """
 
 import hashlib
@@ -11,29 +16,37 @@ import os
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import structlog
 
 from pcp_core import auth
+from pcp_core.aggregation import delta_norm
 from pcp_core.compiler import iree_runtime_version
 from pcp_core.data import CharCorpus
 from pcp_core.executor import IreeExecutor, open_device
+from pcp_core.liveness import LiveConnection
 from pcp_core.messages import (
     Assignment,
     Challenge,
+    Delta,
+    Discard,
     Failure,
+    Fetch,
     Hello,
     Proof,
     Reject,
     Result,
     Setup,
     Stop,
+    Tensor,
     Welcome,
 )
 from pcp_core.program import TensorSpec
-from pcp_core.transport import Connection, TransportOptions
+from pcp_core.transport import Connection, TransportError, TransportOptions
+from pcp_core.worker_state import InnerStateStore
 
 log = structlog.get_logger(__name__)
 
@@ -51,7 +64,8 @@ class WorkerOptions:
     device: int | None
     secret: bytes | None
     transport: str
-    transport_options: TransportOptions
+    transport_options: TransportOptions  # timeout_s: how long the shepherd may be silent
+    state_dir: Path
     name: str = ""
 
 
@@ -76,11 +90,20 @@ class WorkerSession:
         )
 
 
-WorkerRound = Callable[[WorkerSession, Assignment], Result]
+@dataclass
+class RoundWork:
+    """What an algorithm's worker side returns for a round."""
+
+    losses: list[float]
+    compute_s: float
+    tensors: list[Tensor]  # the pseudo-gradient, in the order of the parameter specs
 
 
-def join(conn: Connection, hello: Hello, secret: bytes | None) -> int:
-    """The handshake; returns the worker index the shepherd gave this worker."""
+WorkerRound = Callable[[WorkerSession, Assignment], RoundWork]
+
+
+def join(conn: Connection, hello: Hello, secret: bytes | None) -> Welcome:
+    """The handshake; returns the Welcome (index, heartbeat interval)."""
     conn.send(hello)
     challenge = conn.receive()
     if isinstance(challenge, Reject):
@@ -98,7 +121,7 @@ def join(conn: Connection, hello: Hello, secret: bytes | None) -> int:
         raise JoinRefused(f"expected a welcome, got {type(answer).__name__}")
     if not auth.matches(auth.shepherd_proof(secret, challenge.nonce, own_nonce), answer.mac):
         raise JoinRefused("the shepherd did not prove it knows the shared secret")
-    return answer.worker_index
+    return answer
 
 
 def load_setup(
@@ -126,6 +149,32 @@ def load_setup(
     return executor, corpus, settings
 
 
+@dataclass
+class InnerState:
+    """Which round's end the executor's inner state is, and the saved states behind it."""
+
+    session: WorkerSession
+    store: InnerStateStore
+    run_id: str
+    after_round: int | None = None  # None: the fresh state from the Setup
+
+    def prepare(self, round_index: int) -> None:
+        """Make the executor hold the state round `round_index` starts from, if saved."""
+        if self.after_round == round_index - 1:
+            return
+        saved = self.store.load(self.run_id, before_round=round_index)
+        if saved is None:
+            return
+        self.after_round, arrays = saved
+        self.session.executor.set_opt_state(arrays)
+        log.info("inner state restored", after_round=self.after_round, for_round=round_index)
+
+    def finished(self, round_index: int) -> None:
+        self.after_round = round_index
+        state = self.session.executor.opt_state()
+        self.store.save(self.run_id, self.session.index, round_index, state)
+
+
 def run_worker(options: WorkerOptions, plugins: Any) -> None:
     """Join, then serve rounds until the shepherd says stop."""
     backend = plugins.backend(options.backend)
@@ -133,13 +182,27 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
     open_device(  # fail early
         backend.driver, options.device, backend.install_hint, backend.runtime_flags
     )
+    store = InnerStateStore(options.state_dir)
     transport = plugins.transport(options.transport)
     name = options.name or f"{socket.gethostname()}:{os.getpid()}"
-    hello = Hello(name, backend.name, arch, iree_runtime_version(), str(options.device or 0))
-    conn = transport.connect(options.host, options.port, options.transport_options)
+    hello = Hello(
+        name,
+        backend.name,
+        arch,
+        iree_runtime_version(),
+        str(options.device or 0),
+        store.previous_index(),
+    )
+    conn = LiveConnection(transport.connect(options.host, options.port, options.transport_options))
     try:
-        index = join(conn, hello, options.secret)
-        log.info("joined", shepherd=f"{options.host}:{options.port}", index=index, arch=arch)
+        welcome = join(conn.conn, hello, options.secret)
+        conn.start_heartbeats(welcome.heartbeat_s)
+        log.info(
+            "joined",
+            shepherd=f"{options.host}:{options.port}",
+            index=welcome.worker_index,
+            arch=arch,
+        )
         setup = conn.receive()
         if isinstance(setup, Reject):
             raise JoinRefused(setup.reason)
@@ -150,15 +213,38 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         except JoinRefused as error:
             conn.send(Failure(str(error)))
             raise
-        session = WorkerSession(index, executor, corpus, settings)
+        session = WorkerSession(welcome.worker_index, executor, corpus, settings)
         worker_round: WorkerRound = plugins.algorithm(settings["algorithm"]).worker_round
-        while True:
-            message = conn.receive()
-            if isinstance(message, Stop):
-                log.info("stopping", reason=message.reason)
-                return
-            if not isinstance(message, Assignment):
-                raise JoinRefused(f"unexpected {type(message).__name__} from the shepherd")
-            conn.send(worker_round(session, message))
+        serve(conn, session, worker_round, InnerState(session, store, settings["run_id"]))
     finally:
         conn.close()
+
+
+def serve(
+    conn: LiveConnection, session: WorkerSession, worker_round: WorkerRound, inner: InnerState
+) -> None:
+    """Rounds until Stop: Assignment -> Result; then Fetch -> Delta, or Discard."""
+    pending: tuple[Assignment, RoundWork] | None = None
+    while True:
+        message = conn.receive()
+        if isinstance(message, Stop):
+            log.info("stopping", reason=message.reason)
+            return
+        if isinstance(message, Assignment):
+            inner.prepare(message.round)
+            work = worker_round(session, message)
+            inner.finished(message.round)
+            norm = delta_norm([t.array for t in work.tensors])
+            conn.send(Result(message.round, message.attempt, work.losses, work.compute_s, norm))
+            pending = (message, work)
+        elif isinstance(message, Fetch | Discard):
+            asked = (message.round, message.attempt)
+            if pending is None or (pending[0].round, pending[0].attempt) != asked:
+                raise TransportError(f"the shepherd asked about round {asked}, not ours")
+            if isinstance(message, Fetch):
+                conn.send(Delta(message.round, message.attempt, pending[1].tensors))
+            else:
+                log.warning("result refused", round=message.round, reason=message.reason)
+            pending = None
+        else:
+            raise TransportError(f"unexpected {type(message).__name__} from the shepherd")

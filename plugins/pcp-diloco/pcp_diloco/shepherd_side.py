@@ -1,13 +1,17 @@
-"""DiLoCo on the shepherd: rounds of (send θ, sum Δ as it arrives, average, outer step)."""
+"""DiLoCo on the shepherd: rounds of (send θ, sum the accepted Δ, average, outer step),
+checkpointed every --checkpoint-every rounds so `--resume` can continue the run."""
 
 import dataclasses
+import json
 import math
+import uuid
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import structlog
 
-from pcp_core import distributed
+from pcp_core import checkpoint, distributed
 from pcp_core.algorithms import RunContext
 from pcp_core.config import ConfigError, RunConfig
 from pcp_core.messages import Assignment
@@ -38,15 +42,18 @@ def run(ctx: RunContext) -> dict[str, Any]:
     setup = prepare(config, ctx.plugins)
     params = setup.initial_params()
     outer_step = outer.create(OuterSettings(config.outer_lr, config.outer_momentum), params)
+    state = RunState(run_id=uuid.uuid4().hex)
+    if ctx.resume:
+        state = resume(ctx, setup, params, outer_step)
     delta_sum = [np.zeros_like(p) for p in params]
     tokens_per_round = config.inner_steps * setup.tokens_per_step()
-    totals = {"tokens": 0, "bytes_sent": 0, "bytes_received": 0}
-    val_loss = None
+    record: dict[str, Any] = {}
 
-    with distributed.shepherd(ctx, setup, "diloco") as shepherd:
+    settings = {"algorithm": "diloco", "run_id": state.run_id}
+    with distributed.shepherd(ctx, setup, settings) as shepherd:
         shepherd.wait_for_workers(config.workers, config.join_timeout)
         ctx.progress.start(config.steps, f"diloco on {config.workers} workers")
-        for index in range(rounds):
+        for index in range(state.next_round, rounds):
             shards = max(config.workers, *(i + 1 for i in shepherd.links))
 
             def assignment(worker: int, index: int = index, shards: int = shards) -> Assignment:
@@ -55,12 +62,14 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 )
 
             outcome = shepherd.run_round(index, params, delta_sum, assignment)
-            if outcome.discarded:
-                log.warning("a worker failed mid-result; round discarded", round=index)
-            else:
-                for total in delta_sum:
-                    total *= np.float32(1.0 / len(outcome.results))
-                outer_step(params, delta_sum)
+            for total in delta_sum:
+                total *= np.float32(1.0 / len(outcome.results))
+            outer_step(params, delta_sum)
+            if not all(np.isfinite(p).all() for p in params):  # before any checkpoint
+                raise FloatingPointError(
+                    f"the global parameters became non-finite in round {index}; "
+                    "lower --lr or --outer-lr"
+                )
 
             step = (index + 1) * config.inner_steps
             tail = config.steps_per_call
@@ -68,41 +77,83 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 str(w): float(np.mean(r.losses[-tail:])) for w, r in sorted(outcome.results.items())
             }
             compute_s = max(r.compute_s for r in outcome.results.values())
-            totals["tokens"] += tokens_per_round * len(outcome.results)
-            totals["bytes_sent"] += outcome.bytes_sent
-            totals["bytes_received"] += outcome.bytes_received
-            record: dict[str, Any] = {
+            state.tokens += tokens_per_round * len(outcome.results)
+            state.bytes_sent += outcome.bytes_sent
+            state.bytes_received += outcome.bytes_received
+            state.next_round = index + 1
+            record = {
                 "round": index,
                 "step": step,
                 "loss": float(np.mean(list(worker_losses.values()))),
                 "worker_losses": worker_losses,
                 "workers": len(outcome.results),
-                "tokens": totals["tokens"],
+                "attempts": outcome.attempt + 1,
+                "rejected": {str(w): why for w, why in sorted(outcome.rejected.items())},
+                "tokens": state.tokens,
                 "elapsed_s": round(ctx.metrics.elapsed(), 4),
                 "bytes_sent": outcome.bytes_sent,
                 "bytes_received": outcome.bytes_received,
                 "round_s": round(outcome.seconds, 4),
                 "compute_s": round(compute_s, 4),
                 "communication_s": round(max(outcome.seconds - compute_s, 0.0), 4),
-                "discarded": outcome.discarded,
             }
-            if setup.evaluates_after(step, config.inner_steps):
-                val_loss = setup.validation_loss(params)
-                record["val_loss"] = val_loss
-                setup.save_checkpoint(ctx.run_dir, params, step, extra=outer_step.state())
+            evaluate = setup.evaluates_after(step, config.inner_steps)
+            if evaluate:
+                state.val_loss = setup.validation_loss(params)
+                record["val_loss"] = state.val_loss
+            if evaluate or state.next_round % config.checkpoint_every == 0:
+                setup.save_checkpoint(
+                    ctx.run_dir, params, step, outer_step.state(), state.metadata()
+                )
             ctx.metrics.write(record)
             ctx.progress.update(
-                step, loss=record["loss"], tokens_per_s=totals["tokens"] / ctx.metrics.elapsed()
+                step, loss=record["loss"], tokens_per_s=state.tokens / ctx.metrics.elapsed()
             )
 
     wall_time_s = ctx.metrics.elapsed()
     summary = setup.summary(
-        record["loss"], val_loss, totals["tokens"], totals["tokens"] / wall_time_s, wall_time_s
+        record.get("loss", math.nan),
+        state.val_loss,
+        state.tokens,
+        state.tokens / wall_time_s,
+        wall_time_s,
     )
     return summary | {
         "rounds": rounds,
-        "bytes_sent": totals["bytes_sent"],
-        "bytes_received": totals["bytes_received"],
+        "bytes_sent": state.bytes_sent,
+        "bytes_received": state.bytes_received,
         "setup_bytes": shepherd.setup_bytes,
         "model_bytes": int(sum(p.nbytes for p in params)),
     }
+
+
+@dataclass
+class RunState:
+    """Where the run is: saved with every checkpoint, so `--resume` continues from it."""
+
+    run_id: str  # a worker's saved inner state is only used for the same run id
+    next_round: int = 0
+    tokens: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    val_loss: float | None = None
+
+    def metadata(self) -> dict[str, Any]:
+        return {"diloco": dataclasses.asdict(self)}
+
+
+def resume(ctx: RunContext, setup: Any, params: list[np.ndarray], outer_step: Any) -> RunState:
+    """Load the last intact checkpoint of the run directory into `params` and the outer
+    optimizer; drop the metrics of rounds after it (they are run again)."""
+    tensors, metadata = checkpoint.load_latest(ctx.run_dir / "checkpoint.safetensors")
+    if "diloco" not in metadata:
+        raise checkpoint.CheckpointError(
+            f"{ctx.run_dir}: the checkpoint is not from a diloco run, it cannot be resumed"
+        )
+    state = RunState(**json.loads(metadata["diloco"]))
+    for name, array in zip(setup.param_names(), params, strict=True):
+        array[...] = tensors[name]
+    outer_step.load_state({k: v for k, v in tensors.items() if k not in setup.param_names()})
+    ctx.metrics.keep_only(lambda record: record.get("round", -1) < state.next_round)
+    log.info("resuming", run_dir=str(ctx.run_dir), round=state.next_round)
+    return state

@@ -2,11 +2,11 @@
 
 import time
 
-from pcp_core.messages import Assignment, Result, Tensor
-from pcp_core.worker import WorkerSession
+from pcp_core.messages import Assignment, Tensor
+from pcp_core.worker import RoundWork, WorkerSession
 
 
-def worker_round(session: WorkerSession, assignment: Assignment) -> Result:
+def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
     global_params = [t.array for t in assignment.tensors]
     executor = session.executor
     executor.set_params(global_params)  # the inner optimizer state stays as it was
@@ -21,4 +21,4 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> Result:
         Tensor(spec.name, g - local)
         for spec, g, local in zip(executor.param_specs, global_params, local_params, strict=True)
     ]
-    return Result(assignment.round, losses, compute_s, pseudo_gradient)
+    return RoundWork(losses, compute_s, pseudo_gradient)

@@ -188,7 +188,7 @@ UNCOMPILABLE = """
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
 
-PCP_PLUGIN_API = 1
+PCP_PLUGIN_API = 2
 
 @hookimpl
 def pcp_register_backends(register):

@@ -1,0 +1,161 @@
+"""Result aggregation: which pseudo-gradients count, and summing them in bounded memory.
+
+A worker first reports a `Result` (losses and the norm of its pseudo-gradient); the
+shepherd checks it (`check_result`, `NormBound`) and only then fetches the tensors. Each
+`Delta` is read into one of a few staging buffers (`StagingPool`), checked there (every
+tensor present with the right name, shape and dtype, all finite, its norm the one
+announced) and only then added into the running sum. A worker that fails mid-transfer,
+or sends anything wrong, costs its own buffer and nothing else.
+
+Memory on the shepherd: the global parameters, the sum, the outer optimizer's state
+(one copy for Nesterov), and `STAGING_BUFFERS` staging copies: five model copies with
+Nesterov, whatever the number of workers.
+"""
+
+import math
+import statistics
+import threading
+from collections import deque
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import numpy as np
+
+from pcp_core.messages import Result
+from pcp_core.program import TensorSpec
+from pcp_core.transport import TensorHeader, TransportError
+
+STAGING_BUFFERS = 2  # deltas received at once; the others wait for a free buffer
+NORM_RATIO = 10.0  # a norm over 10x the median of the reference norms is refused
+NORM_REFERENCE_ROUNDS = 3  # accepted norms of this many earlier rounds count as reference
+MIN_REFERENCE_NORMS = 3  # below this many reference norms, no norm is refused
+NORM_MATCH = 1e-3  # relative tolerance between the announced and the actual norm
+
+
+class BadResult(ValueError):
+    """A result that must not reach the global parameters; the message says why."""
+
+
+class NonFinite(BadResult):
+    """A result holding NaN or Inf: a diverging worker, or a broken one."""
+
+
+def check_result(result: Result, round_index: int, attempt: int) -> None:
+    """A Result's metadata: for this round and attempt, finite."""
+    if (result.round, result.attempt) != (round_index, attempt):
+        raise BadResult(
+            f"stale result: for round {result.round} attempt {result.attempt}, "
+            f"this is round {round_index} attempt {attempt}"
+        )
+    if not math.isfinite(result.norm) or not all(math.isfinite(v) for v in result.losses):
+        raise NonFinite(f"non-finite result (norm {result.norm}, losses {result.losses[-3:]})")
+
+
+class NormBound:
+    """Refuses a norm far above the others': over NORM_RATIO times the median of the
+    norms accepted in the last NORM_REFERENCE_ROUNDS rounds and this round's announced
+    ones. The median ignores a minority of outliers, so a few bad workers cannot move the
+    bound; with fewer than MIN_REFERENCE_NORMS reference norms (a first round with one or
+    two workers) nothing is refused, since there is no telling who is the outlier."""
+
+    def __init__(self, ratio: float = NORM_RATIO) -> None:
+        self.ratio = ratio
+        self._history: deque[list[float]] = deque(maxlen=NORM_REFERENCE_ROUNDS)
+
+    def limit(self, announced: list[float]) -> float | None:
+        reference = [n for norms in self._history for n in norms] + announced
+        if len(reference) < MIN_REFERENCE_NORMS:
+            return None
+        return self.ratio * statistics.median(reference)
+
+    def check(self, norm: float, limit: float | None) -> None:
+        if limit is not None and norm > limit:
+            raise BadResult(
+                f"pseudo-gradient norm {norm:.4g} is over {self.ratio:g}x the median of "
+                f"the others' ({limit / self.ratio:.4g})"
+            )
+
+    def remember(self, accepted: list[float]) -> None:
+        if accepted:
+            self._history.append(accepted)
+
+
+class StagingPool:
+    """A few model-sized buffers that deltas are received into, one per transfer."""
+
+    def __init__(self, specs: list[TensorSpec], count: int = STAGING_BUFFERS) -> None:
+        self.specs, self.count = specs, count
+        self._free: deque[list[np.ndarray]] = deque(
+            [np.empty(s.shape, s.dtype) for s in specs] for _ in range(count)
+        )
+        self._available = threading.Semaphore(count)
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def buffer(self) -> Iterator[list[np.ndarray]]:
+        self._available.acquire()
+        with self._lock:
+            arrays = self._free.popleft()
+        try:
+            yield arrays
+        finally:
+            with self._lock:
+                self._free.append(arrays)
+            self._available.release()
+
+
+class DeltaSink:
+    """A `TensorSink` that reads a Delta's tensors into a staging buffer, in spec order."""
+
+    def __init__(self, arrays: list[np.ndarray], specs: list[TensorSpec]) -> None:
+        self.arrays, self.specs = arrays, specs
+        self.filled_count = 0
+
+    def buffer(self, index: int, header: TensorHeader) -> np.ndarray:
+        spec = self.specs[index] if index < len(self.specs) else None
+        expected = None if spec is None else (spec.name, spec.shape, spec.dtype)
+        if (header.name, header.shape, header.dtype) != expected:
+            # raised mid-frame: the transport closes the connection, as it must
+            raise TransportError(
+                f"unexpected tensor {header.name} {header.shape} {header.dtype}"
+                + ("" if expected is None else f", expected {expected[0]} {expected[1]}")
+            )
+        return self.arrays[index]
+
+    def filled(self, index: int, header: TensorHeader, array: np.ndarray) -> None:
+        self.filled_count += 1
+
+
+def check_delta(arrays: list[np.ndarray], received: int, announced_norm: float) -> None:
+    """A received pseudo-gradient: complete, finite, with the norm its Result announced."""
+    if received != len(arrays):
+        raise BadResult(f"incomplete result: {received} of {len(arrays)} tensors")
+    if not all(np.isfinite(array).all() for array in arrays):
+        raise NonFinite("pseudo-gradient holds NaN or Inf")
+    norm = delta_norm(arrays)
+    if abs(norm - announced_norm) > NORM_MATCH * max(norm, announced_norm, 1e-30):
+        raise BadResult(
+            f"pseudo-gradient norm {norm:.6g}, but its result announced {announced_norm:.6g}"
+        )
+
+
+def delta_norm(arrays: list[np.ndarray]) -> float:
+    """The norm a worker announces for its pseudo-gradient."""
+    return math.sqrt(sum(float(np.vdot(a, a)) for a in arrays))  # vdot: no temporary copy
+
+
+class RunningSum:
+    """The sum of the accepted deltas of a round, added one whole delta at a time."""
+
+    def __init__(self, sums: list[np.ndarray]) -> None:
+        self.sums = sums
+        self.count = 0
+        self._lock = threading.Lock()
+        for total in sums:
+            total.fill(0)
+
+    def add(self, arrays: list[np.ndarray]) -> None:
+        with self._lock:
+            for total, array in zip(self.sums, arrays, strict=True):
+                total += array
+            self.count += 1

@@ -1,0 +1,205 @@
+"""One attempt at a round: assign, collect reports until the deadline, check, fetch, sum.
+
+1. Every live worker gets its Assignment (the global parameters); each reports a
+   `Result` (losses and its pseudo-gradient's norm, no tensors) when done.
+2. The round closes when every worker has reported, or at the deadline: a worker still
+   busy then is disconnected (it reconnects and is taken into a later round); one that
+   went silent was already cut off by the read deadline (`pcp_core.liveness`).
+3. Each report is checked (`pcp_core.aggregation`): for this round, finite, no second
+   report from the same worker, a norm in line with the others'. A refused worker is
+   told why (`Discard`) and stays connected.
+4. The accepted pseudo-gradients are fetched, a few at a time into staging buffers,
+   checked whole and only then added into the sum.
+"""
+
+import time
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+import numpy as np
+import structlog
+
+from pcp_core.admission import WorkerLink
+from pcp_core.aggregation import (
+    BadResult,
+    DeltaSink,
+    NonFinite,
+    NormBound,
+    RunningSum,
+    StagingPool,
+    check_delta,
+    check_result,
+)
+from pcp_core.messages import Assignment, Delta, Discard, Failure, Fetch, Result, Tensor
+from pcp_core.transport import TransportError
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class RoundOutcome:
+    round: int
+    attempt: int
+    results: dict[int, Result] = field(default_factory=dict)  # accepted, by worker index
+    rejected: dict[int, str] = field(default_factory=dict)  # worker index -> why
+    non_finite: set[int] = field(default_factory=set)  # rejected for NaN or Inf
+    lost: list[WorkerLink] = field(default_factory=list)  # disconnected: dead, late, broken
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    report_s: float = 0.0  # assignments out to the last report (or the deadline)
+    seconds: float = 0.0  # the whole attempt, fetching the deltas included
+
+
+@dataclass
+class RoundPlan:
+    round: int
+    attempt: int
+    params: list[np.ndarray]
+    assignments: dict[int, Assignment]  # worker index -> its assignment, tensors empty
+    deadline_s: float | None  # None: wait as long as the workers stay alive
+
+
+def run_attempt(
+    plan: RoundPlan,
+    links: list[WorkerLink],
+    total: RunningSum,
+    staging: StagingPool,
+    bound: NormBound,
+) -> RoundOutcome:
+    outcome = RoundOutcome(plan.round, plan.attempt)
+    before = {link.index: (link.conn.bytes_sent, link.conn.bytes_received) for link in links}
+    started = time.perf_counter()
+    reports = _collect_reports(plan, links, staging, outcome)
+    outcome.report_s = time.perf_counter() - started
+    accepted = _check_reports(plan, reports, bound, outcome)
+    _fetch(plan, accepted, total, staging, outcome)
+    outcome.seconds = time.perf_counter() - started
+    for link in links:
+        sent, received = before[link.index]
+        outcome.bytes_sent += link.conn.bytes_sent - sent
+        outcome.bytes_received += link.conn.bytes_received - received
+    return outcome
+
+
+def _collect_reports(
+    plan: RoundPlan, links: list[WorkerLink], staging: StagingPool, outcome: RoundOutcome
+) -> list[tuple[WorkerLink, Result]]:
+    tensors = [Tensor(s.name, p) for s, p in zip(staging.specs, plan.params, strict=True)]
+
+    def exchange(link: WorkerLink) -> Result | None:
+        assignment = plan.assignments[link.index]
+        assignment.tensors = tensors
+        link.conn.send(assignment)
+        reply = link.conn.receive()
+        if isinstance(reply, Failure):
+            log.warning("worker failed", worker=link.label, reason=reply.reason)
+            return None
+        if not isinstance(reply, Result):
+            raise TransportError(f"expected a Result, got {type(reply).__name__}")
+        return reply
+
+    reports = []
+    with ThreadPoolExecutor(max_workers=len(links), thread_name_prefix="pcp-round") as pool:
+        futures = {pool.submit(exchange, link): link for link in links}
+        done, late = wait(futures, timeout=plan.deadline_s)
+        for future in late:
+            link = futures[future]
+            log.warning(
+                "worker missed the round deadline; disconnecting it",
+                worker=link.label,
+                round=plan.round,
+                deadline_s=round(plan.deadline_s or 0, 1),
+            )
+            link.conn.close()  # wakes its exchange; it reconnects and rejoins
+            outcome.lost.append(link)
+        for future in done:
+            link = futures[future]
+            try:
+                result = future.result()
+            except (TransportError, OSError) as error:
+                log.warning("worker lost", worker=link.label, round=plan.round, error=str(error))
+                link.conn.close()
+                outcome.lost.append(link)
+                continue
+            if result is None:
+                outcome.rejected[link.index] = "the worker reported a failure"
+            else:
+                reports.append((link, result))
+    return sorted(reports, key=lambda report: report[0].index)
+
+
+def _check_reports(
+    plan: RoundPlan,
+    reports: list[tuple[WorkerLink, Result]],
+    bound: NormBound,
+    outcome: RoundOutcome,
+) -> list[tuple[WorkerLink, Result]]:
+    """The reports that may be fetched; the others are refused and told why."""
+    fine, senders = [], set()
+    for link, result in reports:
+        try:
+            if link.hello.worker_name in senders:
+                raise BadResult(f"duplicate sender: {link.hello.worker_name} already reported")
+            check_result(result, plan.round, plan.attempt)
+            senders.add(link.hello.worker_name)
+            fine.append((link, result))
+        except BadResult as error:
+            _refuse(link, plan, error, outcome)
+    limit = bound.limit([result.norm for _, result in fine])
+    accepted = []
+    for link, result in fine:
+        try:
+            bound.check(result.norm, limit)
+            accepted.append((link, result))
+        except BadResult as error:
+            _refuse(link, plan, error, outcome)
+    return accepted
+
+
+def _refuse(link: WorkerLink, plan: RoundPlan, error: BadResult, outcome: RoundOutcome) -> None:
+    log.warning("result rejected", worker=link.label, round=plan.round, reason=str(error))
+    outcome.rejected[link.index] = str(error)
+    if isinstance(error, NonFinite):
+        outcome.non_finite.add(link.index)
+    try:
+        link.conn.send(Discard(plan.round, plan.attempt, str(error)))
+    except (TransportError, OSError):
+        link.conn.close()
+        outcome.lost.append(link)
+
+
+def _fetch(
+    plan: RoundPlan,
+    accepted: list[tuple[WorkerLink, Result]],
+    total: RunningSum,
+    staging: StagingPool,
+    outcome: RoundOutcome,
+) -> None:
+    def fetch(link: WorkerLink, result: Result) -> None:
+        with staging.buffer() as arrays:
+            try:
+                link.conn.send(Fetch(plan.round, plan.attempt))
+                sink = DeltaSink(arrays, staging.specs)
+                reply = link.conn.receive(sink)
+                if not isinstance(reply, Delta):
+                    raise TransportError(f"expected a Delta, got {type(reply).__name__}")
+                if (reply.round, reply.attempt) != (plan.round, plan.attempt):
+                    raise BadResult(f"delta for round {reply.round}, fetched for {plan.round}")
+                check_delta(arrays, sink.filled_count, result.norm)
+            except (TransportError, OSError) as error:
+                log.warning("worker lost", worker=link.label, round=plan.round, error=str(error))
+                link.conn.close()
+                outcome.lost.append(link)
+                return
+            except BadResult as error:
+                _refuse(link, plan, error, outcome)
+                return
+            total.add(arrays)
+        outcome.results[link.index] = result
+
+    if not accepted:
+        return
+    workers = min(len(accepted), staging.count)  # more would only wait for a buffer
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pcp-fetch") as pool:
+        for future in [pool.submit(fetch, link, result) for link, result in accepted]:
+            future.result()

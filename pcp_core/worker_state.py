@@ -1,0 +1,125 @@
+"""A worker's inner optimizer state on its own disk, so a restart costs at most one round.
+
+After each round the worker writes its inner state (AdamW moments, step count: the
+learning-rate schedule continues from it) to `DIR/slot-N/round-R.npz`: temp file, fsync,
+rename, so a crash leaves the previous file whole; npz members carry CRC-32s, so a
+damaged file is detected on load and the one before it used. The two newest rounds are
+kept: a shepherd that restarts from its checkpoint may ask for the round before the
+last one again, and the state must then be the one that round started from.
+
+A slot is held with an exclusive lock while its worker runs, so several workers can
+share one state directory (the first free slot is taken); a file records the run id,
+so state from another run is never loaded.
+"""
+
+import fcntl
+import json
+import os
+import re
+import zipfile
+from pathlib import Path
+from typing import IO
+
+import numpy as np
+import structlog
+
+log = structlog.get_logger(__name__)
+
+KEEP = 2
+MAX_SLOTS = 64
+_ROUND_FILE = re.compile(r"round-(\d+)\.npz$")
+
+
+class StateDirBusy(RuntimeError):
+    """Every slot of a state directory is held by a running worker."""
+
+
+class InnerStateStore:
+    """The saved inner states of one worker slot."""
+
+    def __init__(self, directory: Path) -> None:
+        self.directory, self._lock = _take_slot(Path(directory))
+
+    def previous_index(self) -> int:
+        """The worker index of the newest saved state (-1 if none): ask for it again."""
+        newest = self._files()
+        return int(self._meta(newest[-1]).get("index", -1)) if newest else -1
+
+    def save(self, run_id: str, index: int, round_index: int, arrays: list[np.ndarray]) -> None:
+        meta = {"run_id": run_id, "index": index, "round": round_index}
+        path = self.directory / f"round-{round_index:09d}.npz"
+        partial = path.with_suffix(".partial")
+        with partial.open("wb") as file:
+            members = {f"s{i}": a for i, a in enumerate(arrays)}
+            np.savez(file, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **members)
+            file.flush()
+            os.fsync(file.fileno())
+        partial.replace(path)
+        _fsync_directory(self.directory)
+        same_run = []
+        for old in self._files():
+            if self._meta(old).get("run_id") == run_id:
+                same_run.append(old)
+            else:
+                old.unlink(missing_ok=True)
+        for old in same_run[:-KEEP]:
+            old.unlink(missing_ok=True)
+
+    def load(self, run_id: str, before_round: int) -> tuple[int, list[np.ndarray]] | None:
+        """The newest intact state of `run_id` saved after a round before `before_round`."""
+        for path in reversed(self._files()):
+            try:
+                with np.load(path) as data:
+                    meta = json.loads(data["meta"].tobytes())
+                    if meta["run_id"] != run_id or meta["round"] >= before_round:
+                        continue
+                    arrays = [data[f"s{i}"] for i in range(len(data.files) - 1)]
+                return meta["round"], arrays
+            except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+                log.warning(
+                    "saved inner state unreadable; trying an older one",
+                    file=str(path),
+                    error=str(error),
+                )
+        return None
+
+    def _files(self) -> list[Path]:
+        return sorted(p for p in self.directory.iterdir() if _ROUND_FILE.search(p.name))
+
+    @staticmethod
+    def _meta(path: Path) -> dict:
+        try:
+            with np.load(path) as data:
+                return json.loads(data["meta"].tobytes())
+        except (OSError, ValueError, KeyError, zipfile.BadZipFile):
+            return {}
+
+
+def default_state_dir(host: str, port: str, backend: str, device: int | None) -> Path:
+    """Per shepherd address, backend and device, in the user's state directory."""
+    import platformdirs
+
+    name = f"{host.strip('[]')}-{port}-{backend}-{device or 0}".replace(":", "_")
+    return Path(platformdirs.user_state_dir("pcp")) / "workers" / name
+
+
+def _take_slot(directory: Path) -> tuple[Path, IO[bytes]]:
+    for slot in range(MAX_SLOTS):
+        path = directory / f"slot-{slot}"
+        path.mkdir(parents=True, exist_ok=True)
+        lock = (path / "lock").open("wb")
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.close()
+            continue
+        return path, lock
+    raise StateDirBusy(f"all {MAX_SLOTS} slots of {directory} are held by running workers")
+
+
+def _fsync_directory(path: Path) -> None:
+    descriptor = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(descriptor)
+    finally:
+        os.close(descriptor)
