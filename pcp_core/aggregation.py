@@ -40,6 +40,11 @@ class NonFinite(BadResult):
     """A result holding NaN or Inf: a diverging worker, or a broken one."""
 
 
+class MalformedDelta(TransportError):
+    """A delta whose tensors are not the model's: refused mid-frame, so the transport
+    closes the connection (the stream is no longer at a frame boundary)."""
+
+
 def check_result(result: Result, round_index: int, attempt: int) -> None:
     """A Result's metadata: for this round and attempt, finite."""
     if (result.round, result.attempt) != (round_index, attempt):
@@ -115,8 +120,7 @@ class DeltaSink:
         spec = self.specs[index] if index < len(self.specs) else None
         expected = None if spec is None else (spec.name, spec.shape, spec.dtype)
         if (header.name, header.shape, header.dtype) != expected:
-            # raised mid-frame: the transport closes the connection, as it must
-            raise TransportError(
+            raise MalformedDelta(
                 f"unexpected tensor {header.name} {header.shape} {header.dtype}"
                 + ("" if expected is None else f", expected {expected[0]} {expected[1]}")
             )

@@ -23,6 +23,7 @@ from pcp_core.admission import WorkerLink
 from pcp_core.aggregation import (
     BadResult,
     DeltaSink,
+    MalformedDelta,
     NonFinite,
     NormBound,
     RunningSum,
@@ -156,11 +157,16 @@ def _check_reports(
     return accepted
 
 
-def _refuse(link: WorkerLink, plan: RoundPlan, error: BadResult, outcome: RoundOutcome) -> None:
+def _reject(link: WorkerLink, plan: RoundPlan, error: Exception, outcome: RoundOutcome) -> None:
     log.warning("result rejected", worker=link.label, round=plan.round, reason=str(error))
     outcome.rejected[link.index] = str(error)
     if isinstance(error, NonFinite):
         outcome.non_finite.add(link.index)
+
+
+def _refuse(link: WorkerLink, plan: RoundPlan, error: BadResult, outcome: RoundOutcome) -> None:
+    """Reject the result and tell the worker, which stays connected."""
+    _reject(link, plan, error, outcome)
     try:
         link.conn.send(Discard(plan.round, plan.attempt, str(error)))
     except (TransportError, OSError):
@@ -186,6 +192,10 @@ def _fetch(
                 if (reply.round, reply.attempt) != (plan.round, plan.attempt):
                     raise BadResult(f"delta for round {reply.round}, fetched for {plan.round}")
                 check_delta(arrays, sink.filled_count, result.norm)
+            except MalformedDelta as error:  # the transport has closed the connection
+                _reject(link, plan, error, outcome)
+                outcome.lost.append(link)
+                return
             except (TransportError, OSError) as error:
                 log.warning("worker lost", worker=link.label, round=plan.round, error=str(error))
                 link.conn.close()

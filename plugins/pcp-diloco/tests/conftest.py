@@ -39,6 +39,14 @@ def diloco_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def worker_state_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Workers started without --state-dir save their inner state here, not in ~/.local."""
+    path = tmp_path_factory.mktemp("state-home")
+    os.environ["XDG_STATE_HOME"] = str(path)
+    return path
+
+
 @pytest.fixture
 def tiny() -> tuple[str, ...]:
     """Model and batch flags of the tiny run the tests share."""
@@ -139,9 +147,10 @@ class E2E:
             return probe.getsockname()[1]
 
     @staticmethod
-    def listening_port(handle: Started) -> int | None:
-        """The port of a shepherd's "shepherd listening address=127.0.0.1:PORT" line."""
-        match = re.search(r"shepherd listening\s+address=127\.0\.0\.1:(\d+)", handle.err())
+    def listening_port(handle: Started, host: str = "127.0.0.1") -> int | None:
+        """The port of a shepherd's "shepherd listening address=HOST:PORT" line."""
+        pattern = rf"shepherd listening\s+address={re.escape(host)}:(\d+)"
+        match = re.search(pattern, handle.err())
         return int(match.group(1)) if match else None
 
     @staticmethod

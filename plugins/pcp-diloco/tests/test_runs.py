@@ -31,7 +31,7 @@ def test_two_workers_one_command(e2e: Any, tiny: tuple[str, ...], tmp_path: Path
     summary = json.loads((out / "summary.json").read_text())
     assert [r["round"] for r in records] == list(range(6)) and summary["rounds"] == 6
     assert [r["workers"] for r in records] == [2] * 6
-    assert not any(r["discarded"] for r in records)
+    assert not any(r["rejected"] for r in records) and {r["attempts"] for r in records} == {1}
     evals = [r["val_loss"] for r in records if "val_loss" in r]
     assert len(evals) == 3 and summary["final_val_loss"] == evals[-1]
     assert evals[-1] < summary["unigram_entropy"], (evals, summary["unigram_entropy"])
