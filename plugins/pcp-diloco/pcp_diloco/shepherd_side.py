@@ -4,6 +4,7 @@ checkpointed every --checkpoint-every rounds so `--resume` can continue the run.
 import dataclasses
 import json
 import math
+import resource
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -124,6 +125,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
         "bytes_received": state.bytes_received,
         "setup_bytes": shepherd.setup_bytes,
         "model_bytes": int(sum(p.nbytes for p in params)),
+        "shepherd_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
 
 

@@ -85,6 +85,8 @@ def test_killed_worker_is_restarted_and_rejoins(
     logs = [(out / f"worker-{i}.log").read_text() for i in range(2)]
     assert sorted(log.count("joined") for log in logs) == [1, 2], logs
     assert all(log.count("reason=done") == 1 for log in logs), logs
+    restarted = next(log for log in logs if log.count("joined") == 2)
+    assert "inner state restored" in restarted, restarted  # it resumed, not started over
 
 
 def test_worker_joining_during_the_last_round_is_stopped(

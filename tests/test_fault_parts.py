@@ -1,0 +1,170 @@
+"""The parts fault tolerance is built from, one at a time: result checks, the norm bound,
+staged deltas, saved inner states and checkpoints that survive damage."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from pcp_core import checkpoint
+from pcp_core.aggregation import (
+    BadResult,
+    DeltaSink,
+    MalformedDelta,
+    NonFinite,
+    NormBound,
+    RunningSum,
+    StagingPool,
+    check_delta,
+    check_result,
+    delta_norm,
+)
+from pcp_core.messages import Result
+from pcp_core.metrics import MetricsLog
+from pcp_core.program import TensorSpec
+from pcp_core.transport import TensorHeader
+from pcp_core.worker_state import InnerStateStore
+
+SPECS = [TensorSpec("w", (2, 3), "float32"), TensorSpec("b", (3,), "float32")]
+
+
+def arrays(scale: float = 1.0) -> list[np.ndarray]:
+    return [np.full(s.shape, scale, np.float32) for s in SPECS]
+
+
+def test_result_checks() -> None:
+    check_result(Result(4, 1, [2.0, 1.5], 3.0, 0.5), 4, 1)
+    with pytest.raises(BadResult, match="stale result: for round 3"):
+        check_result(Result(3, 1, [2.0], 3.0, 0.5), 4, 1)
+    with pytest.raises(BadResult, match="attempt 0"):
+        check_result(Result(4, 0, [2.0], 3.0, 0.5), 4, 1)
+    with pytest.raises(NonFinite):
+        check_result(Result(4, 1, [float("nan")], 3.0, 0.5), 4, 1)
+    with pytest.raises(NonFinite):
+        check_result(Result(4, 1, [1.0], 3.0, float("inf")), 4, 1)
+
+
+def test_norm_bound_uses_the_median() -> None:
+    bound = NormBound(ratio=10)
+    assert bound.limit([1.0, 1000.0]) is None  # two norms: no telling who is off
+    limit = bound.limit([1.0, 1.2, 0.9, 1000.0])
+    assert limit is not None and 10 < limit < 12  # the outlier does not move the median
+    bound.check(5.0, limit)
+    with pytest.raises(BadResult, match="over 10x the median"):
+        bound.check(1000.0, limit)
+    bound.remember([1.0, 1.1, 0.9])
+    assert bound.limit([1000.0]) == pytest.approx(10 * 1.05)  # history is reference too
+
+
+def test_delta_checks() -> None:
+    good = arrays()
+    check_delta(good, 2, delta_norm(good))
+    with pytest.raises(BadResult, match="incomplete result: 1 of 2"):
+        check_delta(good, 1, delta_norm(good))
+    with pytest.raises(BadResult, match="announced"):
+        check_delta(good, 2, 10 * delta_norm(good))  # a worker that lies about its norm
+    broken = arrays()
+    broken[1][0] = np.inf
+    with pytest.raises(NonFinite):
+        check_delta(broken, 2, 1.0)
+
+
+def test_delta_sink_refuses_foreign_tensors() -> None:
+    sink = DeltaSink(arrays(), SPECS)
+    assert sink.buffer(0, TensorHeader("w", "float32", (2, 3), 24)).shape == (2, 3)
+    for header in [
+        TensorHeader("w", "float32", (3, 2), 24),
+        TensorHeader("w", "float64", (2, 3), 48),
+        TensorHeader("x", "float32", (2, 3), 24),
+    ]:
+        with pytest.raises(MalformedDelta):
+            sink.buffer(0, header)
+    with pytest.raises(MalformedDelta):
+        sink.buffer(2, TensorHeader("extra", "float32", (1,), 4))
+
+
+def test_staging_pool_bounds_deltas_in_flight() -> None:
+    pool = StagingPool(SPECS, count=2)
+    inside, most = [0], [0]
+    lock = threading.Lock()
+
+    def use() -> None:
+        with pool.buffer():
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            threading.Event().wait(0.01)
+            with lock:
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=use) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most[0] <= 2
+
+
+def test_running_sum_adds_whole_deltas() -> None:
+    sums = arrays(scale=7.0)
+    total = RunningSum(sums)  # starts from zero
+    total.add(arrays(1.0))
+    total.add(arrays(2.0))
+    assert total.count == 2 and all((s == 3.0).all() for s in sums)
+
+
+def test_inner_state_store(tmp_path) -> None:
+    store = InnerStateStore(tmp_path / "state")
+    assert store.previous_index() == -1 and store.load("run", 5) is None
+    for round_index in range(4):
+        store.save("run", 3, round_index, arrays(round_index))
+    assert store.previous_index() == 3
+    assert [p.name for p in store._files()] == ["round-000000002.npz", "round-000000003.npz"]
+    saved_round, state = store.load("run", before_round=4)
+    assert saved_round == 3 and state[0][0, 0] == 3
+    saved_round, _ = store.load("run", before_round=3)  # a round asked for again
+    assert saved_round == 2
+    assert store.load("other-run", 9) is None
+    store._files()[-1].write_bytes(b"torn")  # a damaged newest file: the one before it
+    assert store.load("run", before_round=9)[0] == 2
+    store.save("new-run", 0, 0, arrays())  # another run's states are cleared away
+    assert [p.name for p in store._files()] == ["round-000000000.npz"]
+
+
+def test_state_directory_slots_are_exclusive(tmp_path) -> None:
+    first = InnerStateStore(tmp_path)
+    second = InnerStateStore(tmp_path)
+    assert first.directory != second.directory
+
+
+def test_checkpoint_falls_back_to_the_previous_one(tmp_path) -> None:
+    path = tmp_path / "checkpoint.safetensors"
+    checkpoint.save(path, {"w": np.ones(3, np.float32)}, {"round": 1})
+    checkpoint.save(path, {"w": np.full(3, 2, np.float32)}, {"round": 2})
+    tensors, metadata = checkpoint.load_latest(path)
+    assert metadata["round"] == "2" and tensors["w"][0] == 2
+    data = bytearray(path.read_bytes())
+    data[-1] ^= 0xFF  # a flipped bit in the tensor bytes
+    path.write_bytes(bytes(data))
+    with pytest.raises(checkpoint.CheckpointError, match="checksum"):
+        checkpoint.load(path)
+    assert checkpoint.load_latest(path)[1]["round"] == "1"
+    path.write_bytes(data[:20])  # truncated
+    assert checkpoint.load_latest(path)[1]["round"] == "1"
+    checkpoint.previous_path(path).unlink()
+    with pytest.raises(checkpoint.CheckpointError, match="no intact checkpoint"):
+        checkpoint.load_latest(path)
+
+
+def test_metrics_stay_valid_json(tmp_path) -> None:
+    log = MetricsLog(tmp_path / "metrics.jsonl")
+    log.write({"round": 0, "loss": float("nan"), "worker_losses": {"0": float("inf")}})
+    log.write({"round": 1, "loss": 1.5})
+    log.keep_only(lambda record: record["round"] < 1)
+    log.write({"round": 1, "loss": 1.25})
+    log.close()
+    lines = (tmp_path / "metrics.jsonl").read_text().splitlines()
+    assert lines == [
+        '{"round": 0, "loss": null, "worker_losses": {"0": null}}',
+        '{"round": 1, "loss": 1.25}',
+    ]
