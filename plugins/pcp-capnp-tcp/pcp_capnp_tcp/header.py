@@ -19,6 +19,11 @@ from pcp_core.transport import ProtocolMismatch, TensorHeader, TransportError
 
 SCHEMA_PATH = Path(__file__).with_name("pcp.capnp")
 MAX_NDIM = 32
+# Words capnp may read per word of header. Its default limit (64 MiB whatever the size)
+# let 64 bytes claim millions of tensors (zero-size structs, which it counts as a word
+# each) or repeat one text through aliased pointers; a well-formed header reads each
+# word once, so twice its size keeps decoding proportional to the bytes received.
+TRAVERSAL_PER_WORD = 2
 
 
 @cache
@@ -76,7 +81,8 @@ def decode(data: bytes | bytearray, payload_bytes: int) -> tuple[Message, list[T
     import capnp
 
     try:
-        with schema().Frame.from_bytes(data) as frame:
+        limit = TRAVERSAL_PER_WORD * (len(data) // 8)
+        with schema().Frame.from_bytes(data, traversal_limit_in_words=limit) as frame:
             if frame.version != PROTOCOL_VERSION:
                 raise ProtocolMismatch(
                     f"peer speaks PCP protocol version {frame.version}, "
