@@ -32,6 +32,7 @@ app = typer.Typer(
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors caused by input a user can fix: shown as one line, not a traceback."""
+    from pcp_core.checkpoint import CheckpointError
     from pcp_core.compiler import CompileError
     from pcp_core.data import DataError
     from pcp_core.executor import DeviceError
@@ -47,6 +48,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         plugins.PluginLoadError,
         NotEnoughWorkers,
         RoundFailed,
+        CheckpointError,
         FloatingPointError,  # a diverging run
         ValueError,
         FileNotFoundError,
@@ -354,7 +356,8 @@ def worker(
         None,
         "--state-dir",
         help="Where the inner optimizer state is saved after each round, so a restarted "
-        "worker resumes it [default: a per-shepherd folder in the user state directory].",
+        "worker resumes it. Default: a folder per shepherd address and backend in the "
+        "user state directory.",
     ),
     restarts: int = typer.Option(
         5,

@@ -70,5 +70,5 @@ class MetricsLog:
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    partial.write_text(json.dumps(finite_json(data), indent=2) + "\n", encoding="utf-8")
     partial.replace(path)

@@ -4,7 +4,9 @@
    `Result` (losses and its pseudo-gradient's norm, no tensors) when done.
 2. The round closes when every worker has reported, or at the deadline: a worker still
    busy then is disconnected (it reconnects and is taken into a later round); one that
-   went silent was already cut off by the read deadline (`pcp_core.liveness`).
+   went silent was already cut off by the read deadline (`pcp_core.liveness`). A round
+   without a deadline of its own (the first) gets one when its first report arrives:
+   DEADLINE_FACTOR times that report's time plus the worker timeout.
 3. Each report is checked (`pcp_core.aggregation`): for this round, finite, no second
    report from the same worker, a norm in line with the others'. A refused worker is
    told why (`Discard`) and stays connected.
@@ -13,7 +15,7 @@
 """
 
 import time
-from concurrent.futures import ThreadPoolExecutor, wait
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -36,6 +38,8 @@ from pcp_core.transport import TransportError
 
 log = structlog.get_logger(__name__)
 
+DEADLINE_FACTOR = 3.0
+
 
 @dataclass
 class RoundOutcome:
@@ -57,7 +61,8 @@ class RoundPlan:
     attempt: int
     params: list[np.ndarray]
     assignments: dict[int, Assignment]  # worker index -> its assignment, tensors empty
-    deadline_s: float | None  # None: wait as long as the workers stay alive
+    deadline_s: float | None  # None: set by the first report (see the module docstring)
+    worker_timeout_s: float
 
 
 def run_attempt(
@@ -102,7 +107,8 @@ def _collect_reports(
     reports = []
     with ThreadPoolExecutor(max_workers=len(links), thread_name_prefix="pcp-round") as pool:
         futures = {pool.submit(exchange, link): link for link in links}
-        done, late = wait(futures, timeout=plan.deadline_s)
+        late = _wait_for_reports(set(futures), plan)
+        done = set(futures) - late
         for future in late:
             link = futures[future]
             log.warning(
@@ -127,6 +133,20 @@ def _collect_reports(
             else:
                 reports.append((link, result))
     return sorted(reports, key=lambda report: report[0].index)
+
+
+def _wait_for_reports(pending: set[Future], plan: RoundPlan) -> set[Future]:
+    """Wait for the exchanges until the deadline; the ones still running then."""
+    started, deadline = time.monotonic(), plan.deadline_s
+    while pending:
+        timeout = None if deadline is None else max(started + deadline - time.monotonic(), 0)
+        done, pending = wait(pending, timeout, return_when=FIRST_COMPLETED)
+        if not done:
+            return pending
+        if deadline is None:
+            deadline = DEADLINE_FACTOR * (time.monotonic() - started) + plan.worker_timeout_s
+            plan.deadline_s = deadline
+    return pending
 
 
 def _check_reports(

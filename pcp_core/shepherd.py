@@ -8,8 +8,8 @@ when a round may run and whether its outcome counts:
 - below that, the round is tried again (a new attempt) while enough workers are
   connected, or the shepherd waits for workers to (re)join, up to `join_timeout`;
 - a round's deadline is `round_timeout` if set, else three times the median duration of
-  the last rounds plus `worker_timeout` (none for the first round: only the workers'
-  liveness bounds it).
+  the last rounds plus `worker_timeout`; the first round's is set by its first report
+  (`pcp_core.rounds`).
 """
 
 import contextlib
@@ -26,14 +26,13 @@ import structlog
 from pcp_core.admission import Admission, WorkerLink
 from pcp_core.aggregation import NormBound, RunningSum, StagingPool
 from pcp_core.messages import Assignment, Stop
-from pcp_core.rounds import RoundOutcome, RoundPlan, run_attempt
+from pcp_core.rounds import DEADLINE_FACTOR, RoundOutcome, RoundPlan, run_attempt
 from pcp_core.transport import TransportError
 
 log = structlog.get_logger(__name__)
 
 ATTEMPTS = 3  # attempts in a row that lose no worker yet miss the quorum: the run fails
 DEADLINE_HISTORY = 5  # rounds whose duration sets the next deadline
-DEADLINE_FACTOR = 3.0
 
 
 class RoundFailed(RuntimeError):
@@ -146,7 +145,14 @@ class Shepherd:
             for link in links:
                 assignments[link.index] = assignment_for(link.index)
                 assignments[link.index].attempt = attempt
-            plan = RoundPlan(round_index, attempt, params, assignments, self._deadline())
+            plan = RoundPlan(
+                round_index,
+                attempt,
+                params,
+                assignments,
+                self._deadline(),
+                self.limits.worker_timeout_s,
+            )
             total = RunningSum(delta_sum)
             outcome = run_attempt(plan, links, total, self._staging, self._bound)
             for link in outcome.lost:

@@ -46,6 +46,11 @@ def run(ctx: RunContext) -> dict[str, Any]:
     state = RunState(run_id=uuid.uuid4().hex)
     if ctx.resume:
         state = resume(ctx, setup, params, outer_step)
+        if state.next_round >= rounds:
+            raise ConfigError(
+                f"the run in {ctx.run_dir} has finished all {rounds} rounds; "
+                "pass a larger --steps to train further"
+            )
     delta_sum = [np.zeros_like(p) for p in params]
     tokens_per_round = config.inner_steps * setup.tokens_per_step()
     record: dict[str, Any] = {}
