@@ -61,6 +61,8 @@ class Admission:
     _compile_lock: threading.Lock = field(default_factory=threading.Lock)
     _index_lock: threading.Lock = field(default_factory=threading.Lock)
     _reserved: set[int] = field(default_factory=set)
+    _shared: list[Tensor] | None = None
+    _shared_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> None:
         threading.Thread(target=self._accept_loop, name="pcp-accept", daemon=True).start()
@@ -185,11 +187,20 @@ class Admission:
             "param_specs": [(s.name, s.shape, s.dtype) for s in program.param_specs],
             "opt_specs": [(s.name, s.shape, s.dtype) for s in program.opt_specs],
         }
-        opt_state = program.init_opt_state(self.setup.initial_params())
-        token_dtype = np.uint8 if corpus.vocab_size <= 256 else np.int32
-        tensors = [
-            Tensor("vmfb", np.frombuffer(compiled.vmfb, dtype=np.uint8)),
-            Tensor("tokens", corpus.train.astype(token_dtype)),
-            *(Tensor(s.name, a) for s, a in zip(program.opt_specs, opt_state, strict=True)),
-        ]
+        tensors = [Tensor("vmfb", np.frombuffer(compiled.vmfb, dtype=np.uint8))]
+        tensors += self._shared_tensors()
         self.setup_bytes += link.conn.send(Setup(compiled.sha256, json.dumps(settings), tensors))
+
+    def _shared_tensors(self) -> list[Tensor]:
+        """The tokens and the initial inner state, the same for every worker: built once,
+        so sixteen workers joining at once do not hold sixteen copies."""
+        with self._shared_lock:
+            if self._shared is None:
+                program, corpus = self.setup.program, self.setup.corpus
+                opt_state = program.init_opt_state(self.setup.initial_params())
+                token_dtype = np.uint8 if corpus.vocab_size <= 256 else np.int32
+                self._shared = [
+                    Tensor("tokens", corpus.train.astype(token_dtype)),
+                    *(Tensor(s.name, a) for s, a in zip(program.opt_specs, opt_state, strict=True)),
+                ]
+            return self._shared

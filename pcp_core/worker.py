@@ -174,6 +174,12 @@ class InnerState:
         state = self.session.executor.opt_state()
         self.store.save(self.run_id, self.session.index, round_index, state)
 
+    def refused(self, round_index: int) -> None:
+        """The shepherd refused this round's result (NaN, say): the next round starts
+        from the state saved before it, not from whatever this round left."""
+        self.store.forget(round_index)
+        self.after_round = None
+
 
 def run_worker(options: WorkerOptions, plugins: Any) -> None:
     """Join, then serve rounds until the shepherd says stop."""
@@ -245,6 +251,7 @@ def serve(
                 conn.send(Delta(message.round, message.attempt, pending[1].tensors))
             else:
                 log.warning("result refused", round=message.round, reason=message.reason)
+                inner.refused(message.round)
             pending = None
         else:
             raise TransportError(f"unexpected {type(message).__name__} from the shepherd")

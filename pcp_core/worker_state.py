@@ -47,7 +47,7 @@ class InnerStateStore:
 
     def save(self, run_id: str, index: int, round_index: int, arrays: list[np.ndarray]) -> None:
         meta = {"run_id": run_id, "index": index, "round": round_index}
-        path = self.directory / f"round-{round_index:09d}.npz"
+        path = self._path(round_index)
         partial = path.with_suffix(".partial")
         with partial.open("wb") as file:
             members = {f"s{i}": a for i, a in enumerate(arrays)}
@@ -64,6 +64,12 @@ class InnerStateStore:
                 old.unlink(missing_ok=True)
         for old in same_run[:-KEEP]:
             old.unlink(missing_ok=True)
+
+    def forget(self, round_index: int) -> None:
+        self._path(round_index).unlink(missing_ok=True)
+
+    def _path(self, round_index: int) -> Path:
+        return self.directory / f"round-{round_index:09d}.npz"
 
     def load(self, run_id: str, before_round: int) -> tuple[int, list[np.ndarray]] | None:
         """The newest intact state of `run_id` saved after a round before `before_round`."""

@@ -125,6 +125,9 @@ def test_inner_state_store(tmp_path) -> None:
     saved_round, _ = store.load("run", before_round=3)  # a round asked for again
     assert saved_round == 2
     assert store.load("other-run", 9) is None
+    store.forget(3)  # a refused round: the next starts from the state before it
+    assert store.load("run", before_round=9)[0] == 2
+    store.save("run", 3, 3, arrays(3))
     store._files()[-1].write_bytes(b"torn")  # a damaged newest file: the one before it
     assert store.load("run", before_round=9)[0] == 2
     store.save("new-run", 0, 0, arrays())  # another run's states are cleared away
