@@ -227,7 +227,7 @@ def test_worker_the_shepherd_cannot_compile_for_is_refused(
     ]
     result = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
     assert result.returncode == 2, result.stderr
-    assert "0 of 1 workers joined and no more are coming" in result.stderr
+    assert "0 of 1 workers connected and no more are coming" in result.stderr
     worker_log = (out / "worker-0.log").read_text()
     assert "refused: the shepherd cannot compile for this worker" in worker_log
     assert "no-such-flag" in worker_log
