@@ -124,9 +124,7 @@ def _collect_reports(
             try:
                 result = future.result()
             except (TransportError, OSError) as error:
-                log.warning("worker lost", worker=link.label, round=plan.round, error=str(error))
-                link.conn.close()
-                outcome.lost.append(link)
+                _lose(link, plan, error, outcome)
                 continue
             if result is None:
                 outcome.rejected[link.index] = "the worker reported a failure"
@@ -177,6 +175,12 @@ def _check_reports(
     return accepted
 
 
+def _lose(link: WorkerLink, plan: RoundPlan, error: Exception, outcome: RoundOutcome) -> None:
+    log.warning("worker lost", worker=link.label, round=plan.round, error=str(error))
+    link.conn.close()
+    outcome.lost.append(link)
+
+
 def _reject(link: WorkerLink, plan: RoundPlan, error: Exception, outcome: RoundOutcome) -> None:
     log.warning("result rejected", worker=link.label, round=plan.round, reason=str(error))
     outcome.rejected[link.index] = str(error)
@@ -217,9 +221,7 @@ def _fetch(
                 outcome.lost.append(link)
                 return
             except (TransportError, OSError) as error:
-                log.warning("worker lost", worker=link.label, round=plan.round, error=str(error))
-                link.conn.close()
-                outcome.lost.append(link)
+                _lose(link, plan, error, outcome)
                 return
             except BadResult as error:
                 _refuse(link, plan, error, outcome)
