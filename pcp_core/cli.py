@@ -8,6 +8,7 @@ import dataclasses
 import inspect
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -470,6 +471,9 @@ def setup(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug log
 
 
 def main() -> None:
+    # JAX (the shepherd's export and validation) must not take 75% of a GPU that IREE
+    # workers on the same machine need: allocate on demand.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     configure_logging(verbose=False)  # before discovery, so its warnings go to stderr
     try:
         host = plugins.host()
