@@ -8,6 +8,7 @@ fails loudly when it is first encoded.
 
 import dataclasses
 import math
+import warnings
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -41,8 +42,10 @@ def wire_dtype(name: str) -> np.dtype:
     Only canonical names (`dtype.name`) are accepted, so each dtype has one spelling.
     """
     try:
-        dtype = np.dtype(name)
-    except (TypeError, SyntaxError):  # numpy reads some strings as field lists
+        with warnings.catch_warnings():  # a deprecated alias ("a") is refused like the rest
+            warnings.simplefilter("error", DeprecationWarning)
+            dtype = np.dtype(name)
+    except (TypeError, SyntaxError, DeprecationWarning):  # some strings read as field lists
         dtype = _ml_dtype(name)
     if dtype.name != name or not (dtype.kind in "biufc" or dtype.type.__module__ == "ml_dtypes"):
         raise ValueError(f"unsupported tensor dtype {name!r}: tensors must be numeric")
