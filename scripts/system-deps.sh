@@ -6,7 +6,7 @@
 # them (no apt-get, not root) those tests skip with the reason, except under CI (CI
 # set), where this script fails instead.
 set -euo pipefail
-packages=(libvulkan1 mesa-vulkan-drivers iproute2)
+packages=(libvulkan1 mesa-vulkan-drivers iproute2 nftables)
 if dpkg -s "${packages[@]}" >/dev/null 2>&1; then
     exit 0
 fi

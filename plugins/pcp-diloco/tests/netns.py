@@ -99,6 +99,26 @@ def netem_unavailable() -> str | None:
     return None
 
 
+@functools.cache
+def shaping_unavailable() -> str | None:
+    """Why `Network.throttle` and `Network.drop` cannot work here, or None: they need the
+    tbf qdisc and nftables (`nft`, Debian package nftables), not netem."""
+    if reason := netns_unavailable():
+        return reason
+    if shutil.which("nft") is None:
+        return "no `nft` here (Debian: apt-get install nftables)"
+    with _scratch_namespace() as name:
+        done = _tc(name, "qdisc", "add", "dev", "lo", "root", "tbf", "rate", "1mbit",
+                   "burst", "32kbit", "latency", "400ms", check=False)  # fmt: skip
+        if done.returncode != 0:
+            return f"no tbf qdisc in this kernel ({done.stderr.strip()})"
+        table = subprocess.run(["ip", "netns", "exec", name, "nft", "add", "table", "inet",
+                                "probe"], capture_output=True, text=True)  # fmt: skip
+        if table.returncode != 0:
+            return f"no nftables in this kernel ({table.stderr.strip()})"
+    return None
+
+
 @dataclass(frozen=True)
 class Host:
     """One namespace on the switch: `name` is h1, h2, ...; `address` its IPv4 address."""
@@ -154,9 +174,34 @@ class Network:
             _tc(namespace, "qdisc", "replace", "dev", device, "root", *spec)
 
     def clear_netem(self, host: Host) -> None:
-        """The host's link at full speed again."""
+        """The host's link at full speed again (no netem or tbf qdisc)."""
         for namespace, device in self._ends(host):
             _tc(namespace, "qdisc", "del", "dev", device, "root", check=False)
+
+    def throttle(self, host: Host, rate_mbit: float) -> None:
+        """Limit the host's link to `rate_mbit` each way (a token bucket, tbf): a frame of
+        B bytes takes 8 * B / rate longer, as over a slow WAN link."""
+        spec = ["tbf", "rate", f"{rate_mbit}mbit", "burst", "32kbit", "latency", "1s"]
+        for namespace, device in self._ends(host):
+            _tc(namespace, "qdisc", "replace", "dev", device, "root", *spec)
+
+    def drop(self, host: Host, loss_pct: int) -> None:
+        """Drop `loss_pct` percent of the packets the host receives, at random (nftables);
+        TCP retransmits them, so the link stays up but stalls now and then."""
+        rules = (
+            "table inet pcp_loss {\n"
+            "  chain input { type filter hook input priority 0;\n"
+            f"    numgen random mod 100 < {loss_pct} drop\n"
+            "  }\n}\n"
+        )
+        subprocess.run(["ip", "netns", "exec", host.namespace, "nft", "-f", "-"],
+                       input=rules, text=True, check=True)  # fmt: skip
+
+    def clear_shaping(self, host: Host) -> None:
+        """Undo `throttle` and `drop`."""
+        self.clear_netem(host)  # the same root qdisc
+        subprocess.run(["ip", "netns", "exec", host.namespace, "nft", "delete", "table",
+                        "inet", "pcp_loss"], capture_output=True)  # fmt: skip
 
     def _ends(self, host: Host) -> list[tuple[str, str]]:
         return [(self.switch, host.name), (host.namespace, "eth0")]
