@@ -122,8 +122,10 @@ def with_run_config(
             t for t in getattr(field.type, "__args__", (field.type,)) if t is not type(None)
         )
         shown = defaults.get(field.name, field.default)
-        default = "" if shown is None else f" [default: {shown}]"
         flag = "--" + field.name.replace("_", "-")
+        # the value is None so that only flags given override the TOML file; the help
+        # shows the real default, its bracket escaped from Rich's markup
+        default = "" if shown is None else f" \\[default: {shown}]"
         help_text = field.metadata["help"] + default
         parameters.append(
             _option(
