@@ -35,9 +35,9 @@ def test_a_long_run_starts_the_crash_count_afresh(monkeypatch: pytest.MonkeyPatc
     supervisor = Supervisor(exiting_with(exit_codes.CRASHED), max_restarts=2, backoff_s=0.01)
     stop_after = threading.Timer(1.5, supervisor.stop)
     stop_after.start()
-    assert supervisor.run() in (exit_codes.INTERRUPTED, exit_codes.CRASHED)
+    supervisor.run()  # ends when stopped (its last code: the child's, or a SIGTERM)
     stop_after.cancel()
-    assert supervisor.restarts > 2
+    assert supervisor.restarts > 2  # more than max_restarts, and no crash loop declared
 
 
 def test_a_crash_loop_is_reported_once(capsys: pytest.CaptureFixture[str]) -> None:
