@@ -154,9 +154,10 @@ class Admission:
         return link
 
     def _reserve_index(self, previous: int) -> int:
-        """The index a returning worker had, if free; else the lowest free one."""
+        """The index a returning worker had, if free and one of this run's (a worker's
+        saved state may be from an older run with more workers); else the lowest free."""
         with self._index_lock:
-            if previous >= 0 and previous not in self._reserved:
+            if 0 <= previous < self.setup.config.workers and previous not in self._reserved:
                 index = previous
             else:
                 index = next(i for i in range(len(self._reserved) + 1) if i not in self._reserved)
