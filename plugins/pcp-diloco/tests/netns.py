@@ -3,13 +3,15 @@
 `network(n)` builds n network namespaces ("hosts") 10.77.0.1 ... 10.77.0.n, each joined
 by a veth pair to a bridge in a "switch" namespace of its own, so a test can run a
 shepherd and its workers on separate hosts, then cut a host's cable, partition the
-switch, or slow a link down with netem. Nothing touches the machine's own namespace: no
-host has a route off its /24, so no packet of a test leaves the switch.
+switch, or slow a link down (tbf) and drop its packets (nftables); this kernel, like
+CI's, has no netem. Nothing touches the machine's own namespace: no host has a route
+off its /24, so no packet of a test leaves the switch.
 
 Names carry the test process's pid, so parallel runs do not collide, and a run finds and
 removes what a crashed run of a pid no longer alive left behind. Needs root and iproute2
-(`ip`, `tc`); `netns_unavailable()` and `netem_unavailable()` say why not, and
-`skip_or_fail` skips with that reason, or fails under CI, which installs what they need.
+(`ip`, `tc`), and nftables for `drop`; `netns_unavailable()` and `shaping_unavailable()`
+say why not, and `skip_or_fail` skips with that reason, or fails under CI, which
+installs what they need.
 """
 
 import contextlib
@@ -88,18 +90,6 @@ def netns_unavailable() -> str | None:
 
 
 @functools.cache
-def netem_unavailable() -> str | None:
-    """Why `Network.netem` cannot work here (a kernel without sch_netem), or None."""
-    if reason := netns_unavailable():
-        return reason
-    with _scratch_namespace() as name:
-        done = _tc(name, "qdisc", "add", "dev", "lo", "root", "netem", "delay", "1ms", check=False)
-    if done.returncode != 0:
-        return f"no netem qdisc in this kernel ({done.stderr.strip()})"
-    return None
-
-
-@functools.cache
 def shaping_unavailable() -> str | None:
     """Why `Network.throttle` and `Network.drop` cannot work here, or None: they need the
     tbf qdisc and nftables (`nft`, Debian package nftables), not netem."""
@@ -166,18 +156,6 @@ class Network:
         for host in self.hosts:
             _ip("-n", host.namespace, "neigh", "flush", "all")
 
-    def netem(self, host: Host, delay_ms: float = 0, loss_pct: float = 0) -> None:
-        """Delay and drop packets on the host's link, each way: a round trip to a host
-        without netem takes 2 * `delay_ms` longer. Replaces earlier netem settings."""
-        spec = ["netem", "delay", f"{delay_ms}ms", "loss", f"{loss_pct}%"]
-        for namespace, device in self._ends(host):
-            _tc(namespace, "qdisc", "replace", "dev", device, "root", *spec)
-
-    def clear_netem(self, host: Host) -> None:
-        """The host's link at full speed again (no netem or tbf qdisc)."""
-        for namespace, device in self._ends(host):
-            _tc(namespace, "qdisc", "del", "dev", device, "root", check=False)
-
     def throttle(self, host: Host, rate_mbit: float) -> None:
         """Limit the host's link to `rate_mbit` each way (a token bucket, tbf): a frame of
         B bytes takes 8 * B / rate longer, as over a slow WAN link."""
@@ -188,18 +166,19 @@ class Network:
     def drop(self, host: Host, loss_pct: int) -> None:
         """Drop `loss_pct` percent of the packets the host receives, at random (nftables);
         TCP retransmits them, so the link stays up but stalls now and then."""
+        rule = "drop" if loss_pct >= 100 else f"numgen random mod 100 < {loss_pct} drop"
         rules = (
             "table inet pcp_loss {\n"
-            "  chain input { type filter hook input priority 0;\n"
-            f"    numgen random mod 100 < {loss_pct} drop\n"
-            "  }\n}\n"
+            f"  chain input {{ type filter hook input priority 0; {rule}; }}\n"
+            "}\n"
         )
         subprocess.run(["ip", "netns", "exec", host.namespace, "nft", "-f", "-"],
                        input=rules, text=True, check=True)  # fmt: skip
 
     def clear_shaping(self, host: Host) -> None:
-        """Undo `throttle` and `drop`."""
-        self.clear_netem(host)  # the same root qdisc
+        """Undo `throttle` and `drop`: the host's link at full speed again."""
+        for namespace, device in self._ends(host):
+            _tc(namespace, "qdisc", "del", "dev", device, "root", check=False)
         subprocess.run(["ip", "netns", "exec", host.namespace, "nft", "delete", "table",
                         "inet", "pcp_loss"], capture_output=True)  # fmt: skip
 
