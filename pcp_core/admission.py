@@ -42,7 +42,8 @@ class WorkerLink:
 
     @property
     def label(self) -> str:
-        return f"worker {self.index} ({self.hello.worker_name}, {self.hello.backend})"
+        hello = self.hello
+        return f"worker {self.index} ({hello.worker_name}, {hello.backend}/{hello.arch})"
 
 
 @dataclass
