@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import tomli_w
+
 from pcp_core.precision import PRECISIONS
 
 
@@ -211,17 +213,15 @@ def resolve(
 
 
 def to_toml(config: RunConfig) -> str:
-    """The resolved config as TOML (None values omitted), written into every run."""
-    lines = []
-    for name in FIELDS:
-        value = getattr(config, name)
-        if value is None:
-            continue
-        if isinstance(value, str | Path):
-            lines.append(f'{name} = "{value}"')
-        else:
-            lines.append(f"{name} = {value!r}")
-    return "\n".join(lines) + "\n"
+    """The resolved config as TOML (None values omitted), written into every run.
+
+    Written by a TOML library, so any path (backslashes, quotes, newlines) reads back
+    as it was.
+    """
+    settings = {name: getattr(config, name) for name in FIELDS}
+    return tomli_w.dumps(
+        {k: str(v) if isinstance(v, Path) else v for k, v in settings.items() if v is not None}
+    )
 
 
 def to_dict(config: RunConfig) -> dict[str, Any]:

@@ -85,3 +85,20 @@ def test_unknown_config_key_is_one_line(tmp_path: Path) -> None:
     result = run_pcp("train", "--config", str(toml))
     assert result.returncode == 2 and "unknown key 'learning_rate'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_hostile_paths_survive_config_toml(tmp_path: Path) -> None:
+    """A run's config.toml reads back through --config and --resume whatever its paths hold."""
+    hostile = "a\\b \"double\" 'single'\nnew line ünïcödé ✓  spaces"
+    data = tmp_path / f"{hostile}.txt"
+    data.write_text((Path(__file__).read_text() + "\n") * 20)
+    out = tmp_path / hostile / "run\\"
+    result = run_pcp("train", "--data", str(data), "--steps", "10", "--out", str(out), *TINY)
+    assert result.returncode == 0, result.stderr
+    # both read the file back and validate it (data must exist) before they stop
+    resumed = run_pcp("train", "--resume", str(out))
+    assert resumed.returncode == 2, resumed.stderr
+    assert "algorithm 'local' cannot resume a run" in resumed.stderr
+    again = run_pcp("train", "--config", str(out / "config.toml"), "--model", "no-such-model")
+    assert again.returncode == 2 and "no-such-model" in again.stderr, again.stderr
+    assert "Traceback" not in resumed.stderr + again.stderr

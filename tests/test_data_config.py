@@ -78,3 +78,27 @@ def test_resolved_config_round_trips_through_toml(tmp_path: Path) -> None:
     saved = tmp_path / "config.toml"
     saved.write_text(run_config.to_toml(resolved))
     assert run_config.resolve(saved, {}) == resolved
+
+
+HOSTILE_NAME = "a\\b \"double\" 'single'\nnew line, ünïcödé ✓ and  spaces "
+
+
+def test_hostile_paths_round_trip_through_toml(tmp_path: Path) -> None:
+    """Backslashes, both quotes, a newline, unicode and spaces in paths read back as written."""
+    folder = tmp_path / HOSTILE_NAME
+    folder.mkdir()
+    data = folder / f"{HOSTILE_NAME}.txt"
+    data.write_text("some text " * 100)
+    paths = {
+        "data": data,
+        "out": folder / "run\\",
+        "token_file": folder / 'tok"en',
+        "tls_cert": folder / "c'ert.pem",
+        "tls_key": folder / "key\\n.pem",
+    }
+    resolved = run_config.resolve(None, {**paths, "target": 'x86"\\64\n'})
+    saved = tmp_path / "config.toml"
+    saved.write_text(run_config.to_toml(resolved), encoding="utf-8")
+    again = run_config.resolve(saved, {})
+    assert again == resolved
+    assert {name: getattr(again, name) for name in paths} == paths
