@@ -19,7 +19,10 @@ if [ -n "${WHEELS:-}" ]; then
         "$WHEELS"/*.whl
 fi
 PYTHONPATH=$(python3 scripts/register_checkout.py "$site")${PYTHONPATH:+:$PYTHONPATH} || exit 1
-export PYTHONPATH PCP_CACHE_DIR=/tmp/pcp-cache PYTHONUNBUFFERED=1 COLUMNS=160
+# The compile cache is this run's own: PCP uses only a cache no one else can write to.
+cache=$(mktemp -d) || exit 1
+trap 'rm -rf "$cache"' EXIT
+export PYTHONPATH PCP_CACHE_DIR=$cache PYTHONUNBUFFERED=1 COLUMNS=160
 status=0
 step() { echo; echo "=== $*"; }
 
