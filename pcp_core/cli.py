@@ -8,6 +8,7 @@ import dataclasses
 import inspect
 import json
 import logging
+import math
 import os
 import sys
 from collections.abc import Callable
@@ -376,8 +377,8 @@ def worker(
     host, _, port = connect.rpartition(":")
     if not host or not port.isdigit():
         fail(f"--connect must be HOST:PORT, got {connect!r}")
-    if timeout <= 0:
-        fail(f"--timeout must be positive, got {timeout}")
+    if not (math.isfinite(timeout) and timeout > 0):
+        fail(f"--timeout must be a positive number of seconds, got {timeout}")
     if restarts > 0:
         from pcp_core.malloc import retaining_env
         from pcp_core.supervisor import Supervisor

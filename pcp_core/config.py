@@ -6,6 +6,7 @@ documentation never drift apart.
 """
 
 import dataclasses
+import math
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,11 +144,7 @@ class RunConfig:
             value = getattr(self, name)
             if value is not None and value < (0 if name == "device" else 1):
                 raise ConfigError(f"{name} must be positive, got {value}")
-        for name in ("lr", "min_lr", "weight_decay", "eps", "grad_clip", "outer_lr"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
-        if self.round_timeout is not None and self.round_timeout <= 0:
-            raise ConfigError(f"round_timeout must be positive, got {self.round_timeout}")
+        self._check_ranges()
         if self.port is not None and not 0 <= self.port < 65536:
             raise ConfigError(f"port must be in 0..65535, got {self.port}")
         if self.warmup_steps < 0 or self.eval_every < 0:
@@ -159,6 +156,30 @@ class RunConfig:
         if self.data is not None and not Path(self.data).exists():  # the dataset checks the rest
             raise ConfigError(f"data not found: {self.data}")
         return self
+
+    def _check_ranges(self) -> None:
+        """Every float finite, and each optimizer or timeout setting in its range."""
+        for item in dataclasses.fields(self):
+            value = getattr(self, item.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ConfigError(f"{item.name} must be a finite number, got {value}")
+        at_least_zero = ["lr", "min_lr", "weight_decay", "grad_clip", "join_timeout"]
+        for name in at_least_zero:
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
+        for name in ("eps", "outer_lr"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
+        for name in ("beta1", "beta2", "outer_momentum"):
+            if not 0 <= getattr(self, name) < 1:
+                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
+        if self.round_timeout is not None and self.round_timeout <= 0:
+            raise ConfigError(f"round_timeout must be positive, got {self.round_timeout}")
+        if self.min_lr > self.lr:
+            raise ConfigError(
+                f"min_lr must not be above lr, got min_lr {self.min_lr} and lr {self.lr}; "
+                "lower --min-lr with --lr"
+            )
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}

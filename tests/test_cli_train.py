@@ -50,6 +50,11 @@ def test_config_file_and_flags(tmp_path: Path) -> None:
         (["--steps", "15", "--steps-per-call", "10"], "multiple of steps_per_call"),
         (["--model-settings", "n_layer=x"], "expected KEY=INTEGER, got 'n_layer=x'"),
         (["--model-settings", "depth=3"], "has no setting(s) ['depth']"),
+        (["--lr", "nan"], "lr must be a finite number, got nan"),
+        (["--beta2", "1"], "beta2 must be in [0, 1), got 1.0"),
+        (["--min-lr", "0.1"], "min_lr must not be above lr, got min_lr 0.1 and lr 0.003"),
+        (["--outer-lr", "0"], "outer_lr must be positive, got 0.0"),
+        (["--join-timeout", "-1"], "join_timeout must not be negative, got -1.0"),
     ],
 )
 def test_bad_input_is_one_line(args: list[str], message: str) -> None:

@@ -1,9 +1,11 @@
 """The character dataset and the run configuration."""
 
+import re
 from pathlib import Path
 
 import numpy as np
 import pytest
+import tomli_w
 
 from pcp_core import config as run_config
 from pcp_core.data import CharCorpus, DataError, load_text_file
@@ -71,6 +73,45 @@ def test_config_precedence_and_errors(tmp_path: Path) -> None:
     toml.write_text('steps = "many"\n')
     with pytest.raises(run_config.ConfigError, match="steps: expected"):
         run_config.resolve(toml, {})
+
+
+@pytest.mark.parametrize(
+    ("setting", "message"),
+    [
+        ({"lr": float("nan")}, "lr must be a finite number, got nan"),
+        ({"lr": float("inf")}, "lr must be a finite number, got inf"),
+        ({"outer_lr": float("-inf")}, "outer_lr must be a finite number, got -inf"),
+        ({"worker_timeout": float("nan")}, "worker_timeout must be a finite number, got nan"),
+        ({"beta1": 1.0}, "beta1 must be in [0, 1), got 1.0"),
+        ({"beta2": -0.1}, "beta2 must be in [0, 1), got -0.1"),
+        ({"outer_momentum": 1.5}, "outer_momentum must be in [0, 1), got 1.5"),
+        ({"outer_lr": 0.0}, "outer_lr must be positive, got 0.0"),
+        ({"outer_lr": -0.7}, "outer_lr must be positive, got -0.7"),
+        ({"eps": 0.0}, "eps must be positive, got 0.0"),
+        ({"weight_decay": -0.1}, "weight_decay must not be negative, got -0.1"),
+        ({"grad_clip": -1.0}, "grad_clip must not be negative, got -1.0"),
+        ({"join_timeout": -1.0}, "join_timeout must not be negative, got -1.0"),
+        ({"worker_timeout": -5.0}, "worker_timeout must be positive, got -5.0"),
+        ({"round_timeout": -5.0}, "round_timeout must be positive, got -5.0"),
+        ({"lr": 1e-3, "min_lr": 1e-2}, "min_lr must not be above lr, got min_lr 0.01 and lr 0.001"),
+    ],
+)
+def test_out_of_range_settings_are_refused_by_name(
+    setting: dict[str, float], message: str, tmp_path: Path
+) -> None:
+    with pytest.raises(run_config.ConfigError) as refused:
+        run_config.resolve(None, setting)
+    assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
+    toml = tmp_path / "run.toml"  # the same from a file: TOML spells nan and inf too
+    toml.write_text(tomli_w.dumps(setting))
+    with pytest.raises(run_config.ConfigError, match=re.escape(message)):
+        run_config.resolve(toml, {})
+
+
+def test_edges_of_the_ranges_are_accepted() -> None:
+    edges = {"beta1": 0.0, "beta2": 0.999, "outer_momentum": 0.0, "weight_decay": 0.0}
+    edges |= {"grad_clip": 0.0, "join_timeout": 0.0, "lr": 1e-3, "min_lr": 1e-3}
+    assert run_config.resolve(None, edges).min_lr == 1e-3
 
 
 def test_resolved_config_round_trips_through_toml(tmp_path: Path) -> None:
