@@ -95,6 +95,18 @@ RESUME_OPTION = _option(
     ),
 )
 
+OVERWRITE_OPTION = _option(
+    "overwrite",
+    bool,
+    typer.Option(
+        False,
+        "--overwrite",
+        help="Replace the run already in --out: its config, metrics, summary, checkpoints "
+        "and local workers' logs and state are deleted first (without this, a directory "
+        "that holds a run is refused).",
+    ),
+)
+
 
 def with_run_config(
     command: Callable[..., None],
@@ -140,6 +152,8 @@ def with_run_config(
         config_file = kwargs.pop("config_file")
         extra_values = {p.name: kwargs.pop(p.name) for p in extra}
         resume = extra_values.get("resume")
+        if resume is not None and extra_values.get("overwrite"):
+            fail("--resume continues the run in RUN_DIR and --overwrite replaces it; pick one")
         if resume is not None:
             if config_file is not None or kwargs.get("out") is not None:
                 fail(
@@ -162,21 +176,38 @@ def with_run_config(
 
 
 def run_algorithm(
-    config: run_config.RunConfig, local_workers: bool, resume: bool = False
+    config: run_config.RunConfig,
+    local_workers: bool,
+    resume: bool = False,
+    overwrite: bool = False,
 ) -> dict[str, Any]:
     """Run the configured algorithm into a run directory; shared by train and shepherd.
 
     With `local_workers`, a distributed algorithm starts its own workers on this machine;
-    with `resume`, it continues the run in `config.out` from its checkpoint.
+    with `resume`, it continues the run in `config.out` from its checkpoint. A directory
+    that already holds a run is refused unless `resume` or `overwrite` (which deletes
+    the earlier run's files once every check has passed).
     """
     from pcp_core.algorithms import RunContext
-    from pcp_core.metrics import MetricsLog, new_run_dir, write_json
+    from pcp_core.metrics import (
+        MetricsLog,
+        earlier_run,
+        new_run_dir,
+        remove_earlier_run,
+        write_json,
+    )
     from pcp_core.progress import RichProgress
 
     host = plugins.host()
     algorithm = host.algorithm(config.algorithm)
     if resume and not algorithm.resumable:
         raise run_config.ConfigError(f"algorithm {config.algorithm!r} cannot resume a run")
+    run_dir = Path(config.out) if config.out else new_run_dir()
+    if not (resume or overwrite) and (found := earlier_run(run_dir)):
+        raise run_config.ConfigError(
+            f"{run_dir} already holds a run ({', '.join(found)}): pass --resume {run_dir} "
+            "to continue it or --overwrite to replace it, or choose another --out"
+        )
     for name in {config.backend, *config.local_worker_backends()}:
         host.backend(name).check_precision(config.precision)  # fail before any work
     if local_workers:  # no worker starts, to crash and be restarted, without a device
@@ -184,7 +215,8 @@ def run_algorithm(
 
         for name in sorted(set(config.local_worker_backends())):
             require_device(host.backend(name), config.device)
-    run_dir = Path(config.out) if config.out else new_run_dir()
+    if overwrite:
+        remove_earlier_run(run_dir)
     run_dir.mkdir(parents=True, exist_ok=True)
     (run_dir / "config.toml").write_text(run_config.to_toml(config), encoding="utf-8")
     metrics = MetricsLog(run_dir / "metrics.jsonl")
@@ -237,21 +269,25 @@ def run_or_explain(body: Callable[[], None]) -> None:
         fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
 
 
-def train(config: run_config.RunConfig, resume: Path | None) -> None:
+def train(config: run_config.RunConfig, resume: Path | None, overwrite: bool) -> None:
     """Train a model: by default the small built-in GPT on the built-in corpus, on the CPU.
 
     Writes metrics.jsonl, summary.json, config.toml and checkpoint.safetensors to the run
     directory (--out).
     """
     run_or_explain(
-        lambda: report(run_algorithm(config, local_workers=True, resume=resume is not None))
+        lambda: report(
+            run_algorithm(
+                config, local_workers=True, resume=resume is not None, overwrite=overwrite
+            )
+        )
     )
 
 
-app.command("train")(with_run_config(train, extra=[RESUME_OPTION]))
+app.command("train")(with_run_config(train, extra=[RESUME_OPTION, OVERWRITE_OPTION]))
 
 
-def shepherd(config: run_config.RunConfig, resume: Path | None) -> None:
+def shepherd(config: run_config.RunConfig, resume: Path | None, overwrite: bool) -> None:
     """Coordinate a distributed run: wait for --workers to join, then drive the rounds.
 
     Start workers elsewhere with `pcp worker --connect HOST:PORT --backend NAME`. Listening
@@ -261,13 +297,19 @@ def shepherd(config: run_config.RunConfig, resume: Path | None) -> None:
     def body() -> None:
         if plugins.host().algorithm(config.algorithm).worker_round is None:
             fail(f"algorithm {config.algorithm!r} is not distributed; use --algorithm diloco")
-        report(run_algorithm(config, local_workers=False, resume=resume is not None))
+        report(
+            run_algorithm(
+                config, local_workers=False, resume=resume is not None, overwrite=overwrite
+            )
+        )
 
     run_or_explain(body)
 
 
 app.command("shepherd")(
-    with_run_config(shepherd, defaults={"algorithm": "diloco"}, extra=[RESUME_OPTION])
+    with_run_config(
+        shepherd, defaults={"algorithm": "diloco"}, extra=[RESUME_OPTION, OVERWRITE_OPTION]
+    )
 )
 
 

@@ -2,6 +2,7 @@
 
 import json
 import math
+import shutil
 import time
 from collections.abc import Callable
 from datetime import datetime
@@ -17,6 +18,30 @@ def new_run_dir(root: Path = Path("runs")) -> Path:
         suffix += 1
         path = root / f"{stamp}-{suffix}"
     return path
+
+
+# What a run leaves in its directory: the first four mark it as a run (see
+# `earlier_run`); --overwrite removes them all, local workers' logs and saved state too.
+RUN_MARKERS = ("config.toml", "metrics.jsonl", "summary.json", "checkpoint*")
+RUN_FILES = (*RUN_MARKERS, "metrics.jsonl.partial", "summary.json.partial")
+RUN_FILES += ("worker-[0-9]*",)  # worker-N.log and worker-N/, the inner state
+
+
+def earlier_run(run_dir: Path) -> list[str]:
+    """The names of the files that show `run_dir` already holds a run; none if it is new."""
+    if not run_dir.is_dir():
+        return []
+    return sorted({p.name for pattern in RUN_MARKERS for p in run_dir.glob(pattern)})
+
+
+def remove_earlier_run(run_dir: Path) -> None:
+    """Delete what an earlier run wrote into `run_dir`, so nothing of it is taken for this
+    run's (metrics appended to, a checkpoint resumed from); other files stay."""
+    for path in sorted({p for pattern in RUN_FILES for p in run_dir.glob(pattern)}):
+        if path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        else:
+            path.unlink()
 
 
 def finite_json(value: Any) -> Any:

@@ -104,6 +104,63 @@ def test_hostile_paths_survive_config_toml(tmp_path: Path) -> None:
     resumed = run_pcp("train", "--resume", str(out))
     assert resumed.returncode == 2, resumed.stderr
     assert "algorithm 'local' cannot resume a run" in resumed.stderr
-    again = run_pcp("train", "--config", str(out / "config.toml"), "--model", "no-such-model")
+    config = ("--config", str(out / "config.toml"), "--out", str(tmp_path / "other"))
+    again = run_pcp("train", *config, "--model", "no-such-model")
     assert again.returncode == 2 and "no-such-model" in again.stderr, again.stderr
     assert "Traceback" not in resumed.stderr + again.stderr
+
+
+def fake_run(folder: Path) -> dict[str, str]:
+    """An earlier run's files, with contents no real run writes."""
+    files = {
+        "config.toml": "steps = 7\n",
+        "metrics.jsonl": '{"step": -1, "loss": 99.0}\n',
+        "summary.json": "{}\n",
+        "checkpoint.safetensors": "old",
+        "checkpoint-previous.safetensors": "older",
+        "worker-0.log": "an old worker's log\n",
+        "notes.txt": "the user's own file\n",
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    (folder / "worker-0").mkdir()
+    (folder / "worker-0" / "inner-state.safetensors").write_text("old state")
+    return files
+
+
+def test_out_holding_a_run_is_refused(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    files = fake_run(out)
+    for command in (["train"], ["shepherd", "--workers", "1"]):
+        result = run_pcp(*command, "--out", str(out), *TINY)
+        assert result.returncode == 2, result.stderr
+        assert result.stderr.startswith(f"error: {out} already holds a run (checkpoint")
+        assert "--resume" in result.stderr and "--overwrite" in result.stderr
+        assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert {name: (out / name).read_text() for name in files} == files
+    both = run_pcp("train", "--resume", str(out), "--overwrite")
+    assert both.returncode == 2 and "pick one" in both.stderr, both.stderr
+
+
+def test_overwrite_replaces_the_earlier_run(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    fake_run(out)
+    result = run_pcp("train", "--out", str(out), "--overwrite", "--steps", "10", *TINY)
+    assert result.returncode == 0, result.stderr
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records] == [10]
+    assert "steps = 10\n" in (out / "config.toml").read_text()
+    assert checkpoint.load(out / "checkpoint.safetensors")[1]["step"] == "10"
+    assert not (out / "checkpoint-previous.safetensors").exists()
+    assert not (out / "worker-0").exists() and not (out / "worker-0.log").exists()
+    assert (out / "notes.txt").read_text() == "the user's own file\n"
+
+
+def test_empty_out_directory_is_fine(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("not a run\n")
+    result = run_pcp("train", "--out", str(out), "--steps", "10", *TINY)
+    assert result.returncode == 0, result.stderr
+    assert (out / "summary.json").is_file()
