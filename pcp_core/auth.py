@@ -11,6 +11,7 @@ import hmac
 import ipaddress
 import os
 import secrets
+import stat
 from pathlib import Path
 
 TOKEN_ENV = "PCP_TOKEN"
@@ -22,12 +23,27 @@ class AuthError(PermissionError):
 
 
 def load_secret(token_file: Path | None) -> bytes | None:
-    """The secret from `--token-file`, else from $PCP_TOKEN, else None."""
+    """The secret from `--token-file`, else from $PCP_TOKEN, else None.
+
+    A token file that its group or others may read or write is refused, as ssh refuses
+    such a private key: anyone who can read it can join the run, or impersonate it.
+    """
     if token_file is not None:
         try:
-            text = Path(token_file).read_text(encoding="utf-8").strip()
+            with Path(token_file).open("rb") as file:
+                mode = stat.S_IMODE(os.fstat(file.fileno()).st_mode)
+                raw = file.read()
         except OSError as error:
             raise AuthError(f"cannot read token file {token_file}: {error.strerror}") from None
+        if os.name == "posix" and mode & 0o077:
+            raise AuthError(
+                f"token file {token_file} has mode {mode:04o}, so its group or others may "
+                f"read or write it; run `chmod 600 {token_file}`"
+            )
+        try:
+            text = raw.decode("utf-8").strip()
+        except UnicodeDecodeError:
+            raise AuthError(f"token file {token_file} is not UTF-8 text") from None
         if not text:
             raise AuthError(f"token file {token_file} is empty")
         return text.encode()

@@ -88,6 +88,7 @@ def test_shepherd_rejects_bad_peers_then_runs(
     # (a) a worker with another secret
     wrong_token = tmp_path / "wrong-token"
     wrong_token.write_text("not-the-secret\n")
+    wrong_token.chmod(0o600)  # a token file open to others is refused before it is tried
     intruder = e2e.pcp("intruder", *worker_args, "--token-file", str(wrong_token))
     assert intruder.wait(120) == EXIT_REFUSED, intruder.output()
     assert "refused" in intruder.err() and "authentication failed" in intruder.err()
