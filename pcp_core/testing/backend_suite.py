@@ -6,7 +6,9 @@
 It compiles the reference program (a tiny nanoGPT + AdamW train step) for the
 backend's default and `compile_archs` architectures; where the device exists, runs
 it and compares loss and params with JAX on the CPU, and checks that the training
-state stays on the device between calls; and checks the error for a missing device.
+state stays on the device between calls (`pcp_core.testing.transfers`: each call is
+given the buffers the last one returned, and only the batch and losses cross to the
+host); and checks the error for a missing device.
 """
 
 from typing import Any, ClassVar
@@ -21,6 +23,7 @@ from pcp_core.testing.reference import (
     open_executor,
     reference,
 )
+from pcp_core.testing.transfers import assert_state_stays_on_device
 
 
 class BackendConformance:
@@ -69,12 +72,9 @@ class BackendConformance:
     def test_state_stays_on_device(self, backend: Any, compiled: Any, device_or_skip: Any) -> None:
         corpus, config, program = reference()
         executor = open_executor(backend, compiled.vmfb, program, initial_params(config))
-        for call in range(2):
-            x, y = corpus.batches("train", STEPS_PER_CALL, BATCH, config["block_size"], (0, call))
-            executor.run(x, y)
-            state = executor.device_state()
-            assert all(type(a).__name__ == "DeviceArray" for a in state)
-            assert not any(a.is_host_accessible for a in state), "state was copied to the host"
+        block = config["block_size"]
+        batches = [corpus.batches("train", STEPS_PER_CALL, BATCH, block, (0, i)) for i in range(3)]
+        assert_state_stays_on_device(executor, batches)
 
     def test_missing_device_is_a_clear_error(self, backend: Any) -> None:
         from pcp_core.executor import DeviceError, open_device
