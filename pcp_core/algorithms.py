@@ -36,6 +36,9 @@ class RunContext:
     local_workers: bool = False
     # True for `--resume RUN_DIR`: continue from the run directory's last good checkpoint.
     resume: bool = False
+    # A distributed algorithm's secret and bound listener (pcp_core.distributed.Endpoint),
+    # opened by the CLI before the program is built; None: the algorithm opens its own.
+    endpoint: Any = None
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ Kept light: jax and iree are imported only by the commands that need them, so
 `pcp --help` and `pcp plugins` return at once.
 """
 
+import contextlib
 import dataclasses
 import inspect
 import json
@@ -215,27 +216,53 @@ def run_algorithm(
 
         for name in sorted(set(config.local_worker_backends())):
             require_device(host.backend(name), config.device)
-    if overwrite:
-        remove_earlier_run(run_dir)
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.toml").write_text(run_config.to_toml(config), encoding="utf-8")
-    metrics = MetricsLog(run_dir / "metrics.jsonl")
-    with RichProgress() as progress:
-        ctx = RunContext(
-            config=config,
-            run_dir=run_dir,
-            metrics=metrics,
-            plugins=host,
-            progress=progress,
-            local_workers=local_workers,
-            resume=resume,
-        )
-        try:
-            summary = algorithm.run(ctx)
-        finally:
-            metrics.close()
+    endpoint = None
+    if algorithm.worker_round is not None:  # the secret, TLS files and port, bound now
+        from pcp_core.distributed import open_endpoint
+
+        endpoint = open_endpoint(config, host, local_workers)
+    try:
+        if overwrite:
+            remove_earlier_run(run_dir)
+        start_run_dir(run_dir, config)
+        metrics = MetricsLog(run_dir / "metrics.jsonl")
+        with RichProgress() as progress:
+            ctx = RunContext(
+                config=config,
+                run_dir=run_dir,
+                metrics=metrics,
+                plugins=host,
+                progress=progress,
+                local_workers=local_workers,
+                resume=resume,
+                endpoint=endpoint,
+            )
+            try:
+                summary = algorithm.run(ctx)
+            finally:
+                metrics.close()
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     write_json(run_dir / "summary.json", summary)
     return summary | {"run_dir": str(run_dir)}
+
+
+def start_run_dir(run_dir: Path, config: run_config.RunConfig) -> None:
+    """Create the run directory (unless it exists) and write its config.toml into it;
+    one that cannot be created or written is a ConfigError, and one created here is
+    removed again."""
+    created = not run_dir.exists()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.toml").write_text(run_config.to_toml(config), encoding="utf-8")
+    except OSError as error:
+        if created and run_dir.is_dir():
+            with contextlib.suppress(OSError):
+                run_dir.rmdir()
+        raise run_config.ConfigError(
+            f"cannot write the run directory {run_dir}: {error.strerror or error}"
+        ) from None
 
 
 def report(summary: dict[str, Any]) -> None:
@@ -421,6 +448,14 @@ def worker(
         fail(f"--connect must be HOST:PORT, got {connect!r}")
     if not (math.isfinite(timeout) and timeout > 0):
         fail(f"--timeout must be a positive number of seconds, got {timeout}")
+    from pcp_core.auth import AuthError, load_secret
+
+    try:  # before the supervisor starts: a restart cannot fix these
+        load_secret(token_file)
+    except AuthError as error:
+        fail(str(error))
+    if tls_ca is not None and not tls_ca.is_file():
+        fail(f"--tls-ca {tls_ca}: no such file")
     if restarts > 0:
         from pcp_core.malloc import retaining_env
         from pcp_core.supervisor import Supervisor
@@ -429,7 +464,6 @@ def worker(
         raise typer.Exit(Supervisor(command, env=retaining_env(), max_restarts=restarts).run())
 
     def body() -> None:
-        from pcp_core.auth import AuthError, load_secret
         from pcp_core.worker_state import StateDirBusy, default_state_dir
 
         try:

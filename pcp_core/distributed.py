@@ -2,8 +2,12 @@
 listener, and the local workers of the one-command form (`pcp train --workers N`)."""
 
 import contextlib
+import errno
+import os
+import ssl
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,7 @@ from pcp_core.malloc import retaining_env
 from pcp_core.shepherd import Limits, Shepherd
 from pcp_core.supervisor import LocalWorkers
 from pcp_core.training import TrainingSetup
-from pcp_core.transport import TransportOptions
+from pcp_core.transport import Listener, TransportOptions
 
 log = structlog.get_logger(__name__)
 
@@ -35,24 +39,68 @@ def listener_options(config: RunConfig) -> TransportOptions:
     )
 
 
-def shepherd_secret(ctx: RunContext) -> bytes:
-    """The configured secret; else a fresh one for loopback runs, written to the run dir.
+@dataclass
+class Endpoint:
+    """A shepherd's secret and bound listener, opened before any heavy work so that a
+    missing secret, a busy port or a bad TLS file stops the run at once."""
 
-    A shepherd never listens beyond loopback without a configured secret.
+    secret: bytes | None  # None: one is generated for loopback workers (`shepherd`)
+    listener: Listener
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def open_endpoint(config: RunConfig, plugins: Any, local_workers: bool) -> Endpoint:
+    """Check the secret policy and the TLS files, and bind the listener.
+
+    A shepherd never listens beyond loopback without a configured secret. Errors are
+    ConfigErrors of one line naming the flag or file at fault.
     """
-    secret = auth.load_secret(ctx.config.token_file)
-    if secret is not None:
-        return secret
-    if not auth.is_loopback(ctx.config.host):
-        raise auth.AuthError(
-            f"refusing to listen on {ctx.config.host} without a shared secret: "
+    for flag, path in (
+        ("--tls-cert", config.tls_cert),
+        ("--tls-key", config.tls_key),
+        ("--tls-ca", config.tls_ca),
+    ):
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(f"{flag} {path}: no such file")
+    options = listener_options(config)
+    try:
+        secret = auth.load_secret(config.token_file)
+    except auth.AuthError as error:
+        raise ConfigError(str(error)) from None
+    if secret is None and not auth.is_loopback(config.host):
+        raise ConfigError(
+            f"refusing to listen on {config.host} without a shared secret: "
             "pass --token-file FILE or set PCP_TOKEN"
         )
+    port = config.port if config.port is not None else (0 if local_workers else DEFAULT_PORT)
+    transport = plugins.transport(config.transport)
+    try:
+        listener = transport.listen(config.host, port, options)
+    except ssl.SSLError as error:
+        raise ConfigError(
+            f"--tls-cert {config.tls_cert} and --tls-key {config.tls_key} do not make a "
+            f"usable TLS key pair: {error.reason or error}"
+        ) from None
+    except OSError as error:
+        busy = error.errno == errno.EADDRINUSE
+        hint = " (is another shepherd running there? pick another --port)" if busy else ""
+        # without the "(while attempting to bind on address ...)" socket.create_server adds
+        why = (error.strerror or str(error)).split(" (while attempting")[0]
+        raise ConfigError(f"cannot listen on {config.host}:{port}: {why or error}{hint}") from None
+    return Endpoint(secret, listener)
+
+
+def generated_secret(run_dir: Path, announce: bool) -> bytes:
+    """A fresh secret for loopback workers, written to RUN_DIR/token (mode 0600)."""
     secret = auth.generate_secret()
-    token_path = ctx.run_dir / "token"
-    token_path.touch(mode=0o600)
-    token_path.write_bytes(secret)
-    if not ctx.local_workers:
+    token_path = run_dir / "token"
+    descriptor = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        os.fchmod(file.fileno(), 0o600)  # an existing file keeps its mode otherwise
+        file.write(secret)
+    if announce:
         log.info("generated a shared secret for loopback workers", token_file=str(token_path))
     return secret
 
@@ -76,15 +124,17 @@ def worker_command(
 def shepherd(ctx: RunContext, setup: TrainingSetup, settings: dict[str, Any]) -> Iterator[Shepherd]:
     """A listening shepherd (plus local workers in the one-command form), closed on exit.
 
+    It listens on `ctx.endpoint` when the caller opened one before building the program
+    (the CLI does, see `open_endpoint`), else opens its own.
+
     `settings` go to every worker with its program: the algorithm's name under
     "algorithm", a "run_id" that a worker's saved inner state must match, and anything
     else the algorithm's worker side reads.
     """
     config = ctx.config
-    secret = shepherd_secret(ctx)
-    port = config.port if config.port is not None else (0 if ctx.local_workers else DEFAULT_PORT)
-    transport = ctx.plugins.transport(config.transport)
-    listener = transport.listen(config.host, port, listener_options(config))
+    endpoint = ctx.endpoint or open_endpoint(config, ctx.plugins, ctx.local_workers)
+    secret = endpoint.secret or generated_secret(ctx.run_dir, announce=not ctx.local_workers)
+    listener = endpoint.listener
     admission = Admission(
         setup=setup,
         listener=listener,
