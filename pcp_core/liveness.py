@@ -65,10 +65,12 @@ class LiveConnection:
     def send(self, message: Message) -> int:
         return self.conn.send(message)
 
-    def receive(self, sink: TensorSink | None = None) -> Message:
+    def receive(
+        self, sink: TensorSink | None = None, max_frame_bytes: int | None = None
+    ) -> Message:
         """The next message that is not a heartbeat."""
         while True:
-            message = self.conn.receive(sink)
+            message = self.conn.receive(sink, max_frame_bytes)
             if not isinstance(message, Heartbeat):
                 return message
 

@@ -64,8 +64,15 @@ class Connection(Protocol):
         """Send one message; returns the bytes written for it."""
         ...
 
-    def receive(self, sink: TensorSink | None = None) -> Message:
-        """The next message; its tensors hold fresh arrays unless a sink takes them."""
+    def receive(
+        self, sink: TensorSink | None = None, max_frame_bytes: int | None = None
+    ) -> Message:
+        """The next message; its tensors hold fresh arrays unless a sink takes them.
+
+        `max_frame_bytes` lowers the options' frame limit for this message alone: the
+        shepherd reads a joining peer's first messages under a small one, before it has
+        proved anything.
+        """
         ...
 
     def close(self) -> None: ...

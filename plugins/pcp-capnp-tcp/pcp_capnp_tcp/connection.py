@@ -12,6 +12,7 @@ import contextlib
 import socket
 import struct
 import threading
+from collections.abc import Callable
 from functools import cache
 
 import numpy as np
@@ -40,10 +41,17 @@ class CapnpConnection:
     """A `pcp_core.transport.Connection` over a connected (possibly TLS) socket.
 
     `send` and `receive` may run at the same time in two threads; each is serialized
-    with itself.
+    with itself. A `handshake` (a listener's TLS handshake) runs on first use, in the
+    thread that first sends or receives, so a slow client never holds up `accept`.
     """
 
-    def __init__(self, sock: socket.socket, peer: str, options: TransportOptions) -> None:
+    def __init__(
+        self,
+        sock: socket.socket,
+        peer: str,
+        options: TransportOptions,
+        handshake: Callable[[socket.socket], socket.socket] | None = None,
+    ) -> None:
         self.peer = peer
         self.bytes_sent = 0
         self.bytes_received = 0
@@ -51,6 +59,16 @@ class CapnpConnection:
         self._options = options
         self._send_lock = threading.Lock()
         self._receive_lock = threading.Lock()
+        self._handshake = handshake
+        self._handshake_lock = threading.Lock()
+
+    def _ready(self) -> None:
+        """Run the pending handshake, once; TransportError (connection closed) if it fails."""
+        with self._handshake_lock:
+            if self._handshake is not None:
+                handshake, self._handshake = self._handshake, None
+                self._sock = handshake(self._sock)
+                self._sock.settimeout(self._options.timeout_s)
 
     def send(self, message: Message) -> int:
         """Send one message; returns the frame's size in bytes.
@@ -68,6 +86,7 @@ class CapnpConnection:
         payload = sum(array.nbytes for array in arrays)
         _check_size(len(encoded), payload, self._options.max_frame_bytes)
         with self._send_lock:
+            self._ready()
             try:
                 self._write(PREFIX.pack(MAGIC, len(encoded), payload) + encoded)
                 for array in arrays:
@@ -77,17 +96,22 @@ class CapnpConnection:
                 raise TransportError(f"sending to {self.peer} failed: {error}") from error
         return PREFIX.size + len(encoded) + payload
 
-    def receive(self, sink: TensorSink | None = None) -> Message:
+    def receive(
+        self, sink: TensorSink | None = None, max_frame_bytes: int | None = None
+    ) -> Message:
         """The next message.
 
         Without a sink its tensors hold fresh arrays; with one, each tensor is read into
         `sink.buffer(...)` and handed to `sink.filled(...)`, and the message's tensors
-        stay empty. Raises FrameTooLarge, ProtocolMismatch or TransportError, and closes
-        the connection, for a frame that cannot be read.
+        stay empty. `max_frame_bytes` lowers the options' limit for this frame. Raises
+        FrameTooLarge, ProtocolMismatch or TransportError, and closes the connection, for
+        a frame that cannot be read.
         """
         with self._receive_lock:
+            self._ready()
             try:
-                return self._read_frame(sink)
+                limit = self._options.max_frame_bytes
+                return self._read_frame(sink, min(limit, max_frame_bytes or limit))
             except TransportError as error:
                 self.close()
                 log.info("receive failed, connection closed", peer=self.peer, error=str(error))
@@ -105,14 +129,14 @@ class CapnpConnection:
             self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
 
-    def _read_frame(self, sink: TensorSink | None) -> Message:
+    def _read_frame(self, sink: TensorSink | None, max_frame_bytes: int) -> Message:
         prefix = self._read_exactly(PREFIX.size, frame_start=True)
         magic, header_bytes, payload = PREFIX.unpack(prefix)
         if magic != MAGIC:
             raise ProtocolMismatch(
                 f"{self.peer} does not speak PCP capnp-tcp (it sent {bytes(prefix[:8])!r})"
             )
-        _check_size(header_bytes, payload, self._options.max_frame_bytes)
+        _check_size(header_bytes, payload, max_frame_bytes)
         message, headers = header.decode(self._read_exactly(header_bytes), payload)
         for index, tensor in enumerate(headers):
             if sink is None:

@@ -1,14 +1,20 @@
 """Listening and connecting over TCP, optionally TLS, with TCP_NODELAY on.
 
+On both sides the TLS handshake runs on a connection's first send or receive, in the
+thread that uses it: a client that never finishes its handshake holds up only its own
+connection, never `accept`. A failed handshake is a TransportError there.
+
 TLS is on for a listener when options.tls_cert and tls_key are set; it then also
 requires client certificates signed by options.tls_ca if that is set. A connecting
 side uses TLS when options.tls_ca is set, verifies the listener against it (host
 name included), and presents tls_cert/tls_key if those are set too.
 """
 
+import functools
 import socket
 import ssl
 import time
+from collections.abc import Callable
 
 import structlog
 
@@ -33,9 +39,10 @@ class TcpListener:
         self._tls = tls
 
     def accept(self, timeout_s: float | None = None) -> CapnpConnection:
-        """The next connection, after its TLS handshake; TimeoutError if none came in time.
+        """The next connection; TimeoutError if none came in time.
 
-        TransportError if a client failed its TLS handshake; the listener stays usable.
+        With TLS on, the connection's TLS handshake runs on its first send or receive (a
+        failed one is a TransportError there), so one slow client cannot delay the next.
         """
         self._sock.settimeout(timeout_s)
         try:
@@ -43,10 +50,11 @@ class TcpListener:
         except TimeoutError:
             raise TimeoutError(f"no connection to {self.address} within {timeout_s} s") from None
         peer = _peer_name(address)
+        handshake = None
         if self._tls is not None:
-            sock = _handshake(self._tls, sock, peer, server_side=True)
+            handshake = functools.partial(_handshake, self._tls, peer=peer, server_side=True)
         log.debug("accepted", peer=peer, tls=self._tls is not None)
-        return _connection(sock, peer, self._options)
+        return _connection(sock, peer, self._options, handshake)
 
     def close(self) -> None:
         self._sock.close()
@@ -81,23 +89,31 @@ def connect(
         except OSError as error:
             raise TransportError(f"could not connect to {host}:{port}: {error}") from error
     peer = _peer_name((host, port))
+    handshake = None
     if tls is not None:
-        sock = _handshake(tls, sock, peer, server_side=False, server_hostname=host)
+        handshake = functools.partial(
+            _handshake, tls, peer=peer, server_side=False, server_hostname=host
+        )
     log.debug("connected", peer=peer, tls=tls is not None)
-    return _connection(sock, peer, options)
+    return _connection(sock, peer, options, handshake)
 
 
-def _connection(sock: socket.socket, peer: str, options: TransportOptions) -> CapnpConnection:
+def _connection(
+    sock: socket.socket,
+    peer: str,
+    options: TransportOptions,
+    handshake: Callable[[socket.socket], socket.socket] | None,
+) -> CapnpConnection:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     sock.settimeout(options.timeout_s)
-    return CapnpConnection(sock, peer, options)
+    return CapnpConnection(sock, peer, options, handshake)
 
 
 def _handshake(
     context: ssl.SSLContext,
     sock: socket.socket,
-    peer: str,
     *,
+    peer: str,
     server_side: bool,
     server_hostname: str | None = None,
 ) -> ssl.SSLSocket:

@@ -3,6 +3,7 @@
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pytest
@@ -90,7 +91,7 @@ def test_tls_client_rejects_an_untrusted_listener(tls_dir) -> None:
     listener = listen("127.0.0.1", 0, mutual_tls(tls_dir, "b"))
     thread, errors = accept_failing(listener)
     with pytest.raises(TransportError, match=r"TLS handshake with .* failed"):
-        connect(*listener.address, mutual_tls(tls_dir, "a"))
+        connect(*listener.address, mutual_tls(tls_dir, "a")).send(Stop())  # on first use
     thread.join()
     assert errors
     listener.close()
@@ -105,3 +106,24 @@ def test_tls_listener_requires_a_client_certificate(tls_dir) -> None:
     thread.join()
     assert "TLS handshake" in str(errors[0])
     listener.close()
+
+
+def test_an_idle_tls_client_holds_up_no_one(tls_dir, transfer) -> None:
+    """The TLS handshake runs on a connection's first use, not in `accept`: a client that
+    connects and says nothing delays neither the next accept nor the next client."""
+    listener = listen("127.0.0.1", 0, mutual_tls(tls_dir, "a"))
+    idle = socket.create_connection(listener.address)
+    try:
+        started = time.monotonic()
+        idle_side = listener.accept(5)
+        with ThreadPoolExecutor(1) as pool:
+            accepted = pool.submit(listener.accept, 5)
+            client = connect(*listener.address, mutual_tls(tls_dir, "a"))
+            server = accepted.result()
+        assert transfer(client, server, Stop())[0] == Stop()
+        assert time.monotonic() - started < 5
+        for conn in (client, server, idle_side):
+            conn.close()
+    finally:
+        idle.close()
+        listener.close()
