@@ -4,13 +4,23 @@ Joins run on background threads, so a slow, malicious or broken peer never holds
 others or the rounds. An admitted worker's link goes into `joined`; the shepherd takes it
 into the next round. A worker that comes back after a restart asks for the index it had,
 so it keeps its data shard and its saved inner state stays paired with it.
+
+Until a peer has proved it knows the secret it gets little: its frames may be at most
+`PRE_AUTH_FRAME_BYTES`, it must finish the join within `JOIN_DEADLINE_S`, and at most
+`MAX_UNPROVEN` such peers are served at once (a new one closes the oldest), so a flood of
+idle or dripping connections costs the shepherd a bounded amount of memory and threads,
+and a real worker still gets in. After the Welcome every message is sealed
+(`pcp_core.channel`).
 """
 
+import collections
 import contextlib
 import json
 import queue
+import re
 import threading
 from collections.abc import Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +29,7 @@ import structlog
 
 from pcp_core import auth
 from pcp_core.backends import Backend
+from pcp_core.channel import SealedConnection, session_keys
 from pcp_core.compiler import (
     CompiledProgram,
     CompileError,
@@ -32,6 +43,11 @@ from pcp_core.training import TrainingSetup
 from pcp_core.transport import Connection, Listener, TransportError
 
 log = structlog.get_logger(__name__)
+
+PRE_AUTH_FRAME_BYTES = 64 * 2**10  # a Hello or a Proof is a few hundred bytes
+JOIN_DEADLINE_S = 10.0  # from accept to a checked proof
+MAX_UNPROVEN = 64  # connections not yet past the proof, served at once
+ARCH_PATTERN = re.compile(r"[A-Za-z0-9_.+-]{1,64}")  # what a worker may name as its arch
 
 
 @dataclass
@@ -54,12 +70,18 @@ class Admission:
     plugins: Any
     settings: dict[str, Any]  # run settings every worker gets (algorithm, run id, ...)
     heartbeat_s: float
+    # "backend" or "backend:arch" entries this shepherd compiles for; empty: any installed
+    serves: tuple[str, ...] = ()
     joined: "queue.Queue[WorkerLink]" = field(default_factory=queue.Queue)
     closing: threading.Event = field(default_factory=threading.Event)
     setup_bytes: int = 0
     stop_late: Callable[[], None] = lambda: None  # stops links that joined while closing
-    _programs: dict[tuple[str, str], CompiledProgram] = field(default_factory=dict)
+    _programs: dict[tuple[str, str], "Future[CompiledProgram]"] = field(default_factory=dict)
     _compile_lock: threading.Lock = field(default_factory=threading.Lock)
+    _unproven: "collections.OrderedDict[int, Connection]" = field(
+        default_factory=collections.OrderedDict
+    )
+    _unproven_lock: threading.Lock = field(default_factory=threading.Lock)
     _index_lock: threading.Lock = field(default_factory=threading.Lock)
     _reserved: set[int] = field(default_factory=set)
     _shared: list[Tensor] | None = None
@@ -79,11 +101,28 @@ class Admission:
                     return
                 log.warning("accept failed", exc_info=True)
                 continue
+            self._hold_unproven(conn)
             threading.Thread(target=self._admit, args=(conn,), daemon=True).start()
 
+    def _hold_unproven(self, conn: Connection) -> None:
+        """Count `conn` among the unproven; past the cap, the oldest one is closed."""
+        with self._unproven_lock:
+            while len(self._unproven) >= MAX_UNPROVEN:
+                _, oldest = self._unproven.popitem(last=False)
+                log.info("too many unproven connections, closing the oldest", peer=oldest.peer)
+                oldest.close()
+            self._unproven[id(conn)] = conn
+
+    def _proven(self, conn: Connection) -> None:
+        with self._unproven_lock:
+            self._unproven.pop(id(conn), None)
+
     def _admit(self, conn: Connection) -> None:
+        deadline = threading.Timer(JOIN_DEADLINE_S, self._expire, args=(conn,))
+        deadline.daemon = True
+        deadline.start()
         try:
-            link = self._handshake(conn)
+            link = self._handshake(conn, deadline)
             if link is not None:
                 self.joined.put(link)
                 if self.closing.is_set():  # joined while closing: close() may have missed it
@@ -97,6 +136,17 @@ class Admission:
             )
             with contextlib.suppress(TransportError, OSError):
                 self._refuse(conn, f"the shepherd cannot serve this worker: {error}")
+        finally:
+            deadline.cancel()
+            self._proven(conn)
+
+    def _expire(self, conn: Connection) -> None:
+        """The join deadline passed before the proof was checked."""
+        with self._unproven_lock:
+            expired = self._unproven.pop(id(conn), None) is not None
+        if expired:
+            log.info("no join within the deadline, closing", peer=conn.peer, s=JOIN_DEADLINE_S)
+            conn.close()
 
     def _refuse(self, conn: Connection, reason: str) -> None:
         log.warning("refusing worker", peer=conn.peer, reason=reason)
@@ -105,19 +155,21 @@ class Admission:
         finally:
             conn.close()
 
-    def _handshake(self, conn: Connection) -> WorkerLink | None:
-        hello = conn.receive()
+    def _handshake(self, conn: Connection, deadline: threading.Timer) -> WorkerLink | None:
+        hello = conn.receive(max_frame_bytes=PRE_AUTH_FRAME_BYTES)
         if not isinstance(hello, Hello):
             self._refuse(conn, f"expected Hello, got {type(hello).__name__}")
             return None
         challenge = auth.nonce()
         conn.send(Challenge(challenge))
-        proof = conn.receive()
+        proof = conn.receive(max_frame_bytes=PRE_AUTH_FRAME_BYTES)
         if not isinstance(proof, Proof) or not auth.matches(
             auth.worker_proof(self.secret, challenge, proof.nonce), proof.mac
         ):
             self._refuse(conn, "authentication failed: wrong or missing shared secret")
             return None
+        deadline.cancel()
+        self._proven(conn)
         compiler = iree_compiler_version()
         if hello.iree_runtime_version != compiler:
             self._refuse(
@@ -130,21 +182,26 @@ class Admission:
         try:
             backend: Backend = self.plugins.backend(hello.backend)
             backend.check_precision(self.setup.config.precision)
+            self._check_served(hello.backend, hello.arch)
         except (UnknownNameError, ValueError) as error:
             self._refuse(conn, f"the shepherd cannot compile for this worker: {error}")
             return None
         index = self._reserve_index(hello.previous_index)
-        live = LiveConnection(conn)
+        mac = auth.shepherd_proof(self.secret, challenge, proof.nonce)
+        welcome = Welcome(index, mac, self.heartbeat_s)
+        keys = session_keys(self.secret, challenge, proof.nonce, hello, welcome)
+        live = LiveConnection(
+            SealedConnection(conn, keys.shepherd_to_worker, keys.worker_to_shepherd)
+        )
         try:
-            mac = auth.shepherd_proof(self.secret, challenge, proof.nonce)
-            conn.send(Welcome(index, mac, self.heartbeat_s))
+            conn.send(welcome)  # the last message in the clear: from here on all are sealed
             live.start_heartbeats(self.heartbeat_s)  # compiling may take minutes
             compiled = self.program_for(backend, hello.arch)
             link = WorkerLink(index, live, hello)
             self._send_setup(link, backend, compiled)
         except CompileError as error:
             self.release_index(index)
-            self._refuse(conn, f"the shepherd cannot compile for this worker: {error}")
+            self._refuse(live, f"the shepherd cannot compile for this worker: {error}")
             live.close()
             return None
         except BaseException:
@@ -169,13 +226,33 @@ class Admission:
         with self._index_lock:
             self._reserved.discard(index)
 
+    def _check_served(self, backend: str, arch: str) -> None:
+        """ValueError unless this shepherd compiles for `backend`/`arch` (see `serves`)."""
+        if not ARCH_PATTERN.fullmatch(arch):
+            raise ValueError(f"architecture {arch[:80]!r} is not a valid name")
+        if self.serves and not {backend, f"{backend}:{arch}"} & set(self.serves):
+            raise ValueError(
+                f"this shepherd serves only {', '.join(self.serves)}, not {backend}:{arch}"
+            )
+
     def program_for(self, backend: Backend, arch: str) -> CompiledProgram:
-        """One compile per distinct (backend, architecture), shared by its workers."""
+        """One compile per distinct (backend, architecture), shared by its workers.
+
+        The first worker of a kind compiles; later ones of that kind wait for its result.
+        No lock is held while compiling, so joins of other kinds go on meanwhile.
+        """
+        key = (backend.name, arch)
         with self._compile_lock:
-            key = (backend.name, arch)
-            if key not in self._programs:
-                self._programs[key] = compile_program(self.setup.program.stablehlo, backend, arch)
-            return self._programs[key]
+            program = self._programs.get(key)
+            compiling = program is None
+            if compiling:
+                program = self._programs[key] = Future()
+        if compiling:
+            try:
+                program.set_result(compile_program(self.setup.program.stablehlo, backend, arch))
+            except BaseException as error:
+                program.set_exception(error)
+        return program.result()
 
     def _send_setup(self, link: WorkerLink, backend: Backend, compiled: CompiledProgram) -> None:
         program, corpus = self.setup.program, self.setup.corpus

@@ -10,14 +10,15 @@ shepherd → Assignment (global params), worker → Result (losses and the pseud
 norm, no tensors), shepherd → Fetch (or Discard), worker → Delta (the pseudo-gradient);
 finally shepherd → Stop. After the Welcome both sides send a Heartbeat every
 `Welcome.heartbeat_s` while they have nothing else to say, so each can tell a silent
-peer from a busy one.
+peer from a busy one. Every message after the Welcome, in both directions, is followed by
+a Seal that authenticates it (`pcp_core.channel`).
 """
 
 from dataclasses import dataclass, field
 
 import numpy as np
 
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3
 
 
 @dataclass
@@ -120,6 +121,13 @@ class Heartbeat:
 
 
 @dataclass
+class Seal:
+    """Authenticates the message just before it (see `pcp_core.channel`)."""
+
+    mac: bytes  # HMAC-SHA256 under the direction's session key
+
+
+@dataclass
 class Stop:
     reason: str = "done"
 
@@ -144,6 +152,7 @@ Message = (
     | Discard
     | Delta
     | Heartbeat
+    | Seal
     | Stop
     | Failure
 )
@@ -162,6 +171,7 @@ MESSAGE_TYPES: tuple[type, ...] = (
     Discard,
     Delta,
     Heartbeat,
+    Seal,
 )
 
 

@@ -24,6 +24,7 @@ import structlog
 
 from pcp_core import auth
 from pcp_core.aggregation import delta_norm
+from pcp_core.channel import SealedConnection, session_keys
 from pcp_core.compiler import iree_runtime_version
 from pcp_core.data import CharCorpus
 from pcp_core.executor import IreeExecutor, open_device
@@ -102,8 +103,9 @@ class RoundWork:
 WorkerRound = Callable[[WorkerSession, Assignment], RoundWork]
 
 
-def join(conn: Connection, hello: Hello, secret: bytes | None) -> Welcome:
-    """The handshake; returns the Welcome (index, heartbeat interval)."""
+def join(conn: Connection, hello: Hello, secret: bytes | None) -> tuple[Welcome, SealedConnection]:
+    """The handshake; returns the Welcome (index, heartbeat interval) and the connection
+    as the authenticated channel every later message travels on."""
     conn.send(hello)
     challenge = conn.receive()
     if isinstance(challenge, Reject):
@@ -121,7 +123,8 @@ def join(conn: Connection, hello: Hello, secret: bytes | None) -> Welcome:
         raise JoinRefused(f"expected a welcome, got {type(answer).__name__}")
     if not auth.matches(auth.shepherd_proof(secret, challenge.nonce, own_nonce), answer.mac):
         raise JoinRefused("the shepherd did not prove it knows the shared secret")
-    return answer
+    keys = session_keys(secret, challenge.nonce, own_nonce, hello, answer)
+    return answer, SealedConnection(conn, keys.worker_to_shepherd, keys.shepherd_to_worker)
 
 
 def load_setup(
@@ -199,9 +202,14 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         str(options.device or 0),
         store.previous_index(),
     )
-    conn = LiveConnection(transport.connect(options.host, options.port, options.transport_options))
+    raw = transport.connect(options.host, options.port, options.transport_options)
     try:
-        welcome = join(conn.conn, hello, options.secret)
+        welcome, sealed = join(raw, hello, options.secret)
+    except BaseException:
+        raw.close()
+        raise
+    conn = LiveConnection(sealed)
+    try:
         conn.start_heartbeats(welcome.heartbeat_s)
         log.info(
             "joined",

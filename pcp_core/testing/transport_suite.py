@@ -6,7 +6,9 @@
 Over 127.0.0.1 it checks what the shepherd and the workers rely on: the listener
 reports its real port, accept times out, every message type crosses both ways with
 its tensors bit-exact (into a caller's buffers too), both ends count bytes, a frame
-over the limit is refused by the sender, and a peer that closes is a `TransportError`.
+over the limit is refused by the sender and over a receiver's own lower limit by the
+receiver, the core's sealed channel works over it and refuses a replayed message, and a
+peer that closes is a `TransportError`.
 """
 
 from collections.abc import Iterator
@@ -17,6 +19,7 @@ import numpy as np
 import pytest
 
 from pcp_core import messages
+from pcp_core.channel import SealedConnection, TamperedMessage
 from pcp_core.transport import FrameTooLarge, TensorHeader, TransportError, TransportOptions
 
 OPTIONS = TransportOptions(max_frame_bytes=2**20, timeout_s=10)
@@ -40,6 +43,7 @@ def sample_messages() -> list[Any]:
         messages.Result(2, 1, [1.5, 1.25], 0.5, 3.25),
         messages.Delta(2, 1, tensors),
         messages.Heartbeat(),
+        messages.Seal(b"\x01seal" * 6),
         messages.Stop("done"),
         messages.Failure("it broke"),
     ]
@@ -137,6 +141,30 @@ class TransportConformance:
         with pytest.raises(FrameTooLarge):
             client.send(big)  # refused before a byte is sent: the connection stays usable
         assert same(self.transfer(client, server, messages.Stop()), messages.Stop())
+
+    def test_a_receiver_can_lower_the_limit(self, pair: tuple[Any, Any, Any]) -> None:
+        _, server, client = pair
+        message = messages.Setup("ab", "{}", [messages.Tensor("t", np.zeros(4096, np.uint8))])
+        with ThreadPoolExecutor(1) as pool:
+            sending = pool.submit(client.send, message)
+            with pytest.raises(TransportError):  # FrameTooLarge, or the connection closed
+                server.receive(max_frame_bytes=1024)
+            sending.exception()
+
+    def test_the_sealed_channel_runs_over_it(self, pair: tuple[Any, Any, Any]) -> None:
+        _, server, client = pair
+        sealed_client = SealedConnection(client, b"c" * 32, b"s" * 32)
+        sealed_server = SealedConnection(server, b"s" * 32, b"c" * 32)
+        for message in sample_messages():
+            assert same(self.transfer(sealed_client, sealed_server, message), message), message
+            assert same(self.transfer(sealed_server, sealed_client, message), message), message
+        delta = next(m for m in sample_messages() if isinstance(m, messages.Delta))
+        sink = BufferSink()
+        self.transfer(sealed_client, sealed_server, delta, sink)
+        np.testing.assert_array_equal(sink.arrays[0], delta.tensors[0].array)
+        replayed = SealedConnection(client, b"c" * 32, b"s" * 32)  # starts again at 0
+        with pytest.raises(TamperedMessage):
+            self.transfer(replayed, sealed_server, messages.Stop("from a replay"))
 
     def test_a_closed_peer_is_a_transport_error(self, pair: tuple[Any, Any, Any]) -> None:
         _, server, client = pair

@@ -27,6 +27,7 @@ struct Frame {
     discard @13 :Discard;
     delta @14 :Delta;
     heartbeat @15 :Heartbeat;
+    seal @16 :Seal;
   }
   tensors @11 :List(TensorHeader);
 }
@@ -105,6 +106,10 @@ struct Delta {
 }
 
 struct Heartbeat {}
+
+struct Seal {
+  mac @0 :Data;
+}
 
 struct Stop {
   reason @0 :Text;

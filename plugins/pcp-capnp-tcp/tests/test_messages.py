@@ -21,6 +21,7 @@ from pcp_core.messages import (
     Proof,
     Reject,
     Result,
+    Seal,
     Setup,
     Stop,
     Tensor,
@@ -56,6 +57,7 @@ SAMPLES = {
     Discard: Discard(5, 2, "norm over 10x the median"),
     Delta: Delta(5, 2, tensors=sample_tensors()),
     Heartbeat: Heartbeat(),
+    Seal: Seal(b"\x00seal\xff" * 4),
     Stop: Stop(),
     Failure: Failure("out of device memory"),
 }

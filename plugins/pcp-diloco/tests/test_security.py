@@ -5,12 +5,14 @@ secret and raw sockets. The worker is a real `pcp worker` facing a fake shepherd
 by this test through the transport itself.
 """
 
+import contextlib
 import hashlib
 import json
 import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,7 @@ from pcp_capnp_tcp import header, listen
 from pcp_capnp_tcp.connection import MAGIC, PREFIX
 
 from pcp_core import auth
+from pcp_core.channel import SealedConnection, session_keys
 from pcp_core.messages import (
     PROTOCOL_VERSION,
     Challenge,
@@ -137,8 +140,10 @@ class FakeShepherd:
         proof = conn.receive()
         assert isinstance(proof, Proof)
         assert auth.matches(auth.worker_proof(secret, challenge, proof.nonce), proof.mac)
-        conn.send(Welcome(0, auth.shepherd_proof(proof_secret, challenge, proof.nonce)))
-        return conn
+        welcome = Welcome(0, auth.shepherd_proof(proof_secret, challenge, proof.nonce))
+        conn.send(welcome)
+        keys = session_keys(secret, challenge, proof.nonce, hello, welcome)
+        return SealedConnection(conn, keys.shepherd_to_worker, keys.worker_to_shepherd)
 
     def close(self) -> None:
         self.listener.close()
@@ -189,7 +194,7 @@ UNCOMPILABLE = """
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
 
-PCP_PLUGIN_API = 2
+PCP_PLUGIN_API = 3
 
 @hookimpl
 def pcp_register_backends(register):
@@ -233,3 +238,79 @@ def test_worker_the_shepherd_cannot_compile_for_is_refused(
     assert "refused: the shepherd cannot compile for this worker" in worker_log
     assert "no-such-flag" in worker_log
     assert "restarting" not in result.stderr
+
+
+def resident_bytes(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    raise AssertionError(f"no VmRSS for {pid}")
+
+
+FLOOD_MEMORY_BOUND = 64 * 2**20  # what 400 unproven connections may add to the shepherd
+
+
+def test_a_flood_of_idle_and_dripping_connections(
+    e2e: Any,
+    tiny: tuple[str, ...],
+    token_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """200 connections that say nothing and 200 that drip a frame a byte at a time, held
+    open while a real worker joins: the shepherd's memory stays within the bound, the
+    worker gets in and the run finishes. (Before the pre-join limits, each connection
+    announcing a large header made the shepherd allocate it: 64 MiB apiece.)"""
+    port = e2e.free_port()
+    address = f"127.0.0.1:{port}"
+    e2e.own(address)
+    shepherd = e2e.pcp(
+        "shepherd",
+        "shepherd",
+        *("--backend", "cpu", "--workers", "1", "--port", str(port)),
+        *("--steps", "20", "--inner-steps", "10", "--eval-every", "0"),
+        *("--token-file", str(token_file), "--out", str(tmp_path / "run"), *tiny),
+    )
+    e2e.wait_for(
+        lambda: e2e.listening_port(shepherd) or shepherd.process.poll() is not None,
+        120,
+        "the shepherd to listen",
+    )
+    before = resident_bytes(shepherd.pid)
+    # half drip a Hello, half a frame whose prefix announces a 60 MiB header
+    frames = [hello_frame(PROTOCOL_VERSION, monkeypatch), PREFIX.pack(MAGIC, 60 * 2**20, 0)]
+    idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]
+    dripping = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]
+    peak, worker = before, None
+
+    def drip(step: int) -> None:  # a byte on each dripping connection
+        for index, sock in enumerate(dripping):
+            frame = frames[index % 2]
+            with contextlib.suppress(OSError):  # closed by the shepherd: it may
+                sock.send(frame[step % len(frame) : step % len(frame) + 1])
+
+    try:
+        for step in range(40):  # 2 s of the flood alone
+            drip(step)
+            peak = max(peak, resident_bytes(shepherd.pid))
+            time.sleep(0.05)
+        worker = e2e.pcp(  # then a real worker, the flood still held open
+            "worker",
+            *("worker", "--connect", address, "--backend", "cpu"),
+            *("--token-file", str(token_file), "--restarts", "0"),
+        )
+        for step in range(40, 6000):
+            drip(step)
+            if "joined" in worker.err() or worker.process.poll() is not None:
+                break
+            time.sleep(0.05)
+        assert "joined" in worker.err(), worker.output()[-3000:]
+    finally:
+        for sock in idle + dripping:
+            sock.close()
+    assert shepherd.wait(300) == 0, shepherd.output()[-3000:]
+    assert worker.wait(60) == 0, worker.output()[-3000:]
+    grown = peak - before
+    print(f"shepherd resident memory {before / 2**20:.0f} MiB, flood +{grown / 2**20:.1f} MiB")
+    assert grown < FLOOD_MEMORY_BOUND, f"the flood grew the shepherd by {grown / 2**20:.0f} MiB"
+    assert "too many unproven connections" in shepherd.err()
