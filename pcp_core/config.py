@@ -114,6 +114,11 @@ class RunConfig:
     checkpoint_every: int = _opt(
         1, "Shepherd: write the resumable checkpoint every N rounds (and at the end)."
     )
+    serve: str | None = _opt(
+        None,
+        "Shepherd: what it compiles for, as BACKEND or BACKEND:ARCH entries, e.g. "
+        "cpu,cuda:sm_80 (default: any installed backend); other workers are refused.",
+    )
     token_file: Path | None = _opt(None, "File holding the shared secret (else $PCP_TOKEN).")
     tls_cert: Path | None = _opt(None, "TLS certificate (PEM) the shepherd presents.")
     tls_key: Path | None = _opt(None, "TLS private key (PEM) for --tls-cert.")
@@ -128,7 +133,14 @@ class RunConfig:
             return [b.strip() for b in self.worker_backends.split(",")]
         return [self.backend] * self.workers
 
+    def served(self) -> tuple[str, ...]:
+        return tuple(entry.strip() for entry in (self.serve or "").split(",") if entry.strip())
+
     def validate(self) -> "RunConfig":
+        if self.serve is not None and not self.served():
+            raise ConfigError(
+                f"serve: expected BACKEND or BACKEND:ARCH entries, got {self.serve!r}"
+            )
         if self.worker_backends is not None:
             backends = [b.strip() for b in self.worker_backends.split(",")]
             if not all(backends):

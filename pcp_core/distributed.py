@@ -142,6 +142,7 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: dict[str, Any]) ->
         plugins=ctx.plugins,
         settings=settings,
         heartbeat_s=heartbeat_interval(config.worker_timeout),
+        serves=config.served(),
     )
     limits = Limits(
         min_workers=config.min_workers,

@@ -314,3 +314,26 @@ def test_a_flood_of_idle_and_dripping_connections(
     print(f"shepherd resident memory {before / 2**20:.0f} MiB, flood +{grown / 2**20:.1f} MiB")
     assert grown < FLOOD_MEMORY_BOUND, f"the flood grew the shepherd by {grown / 2**20:.0f} MiB"
     assert "too many unproven connections" in shepherd.err()
+
+
+def test_a_worker_the_shepherd_does_not_serve_is_told_why(
+    e2e: Any, tiny: tuple[str, ...], token_file: Path, tmp_path: Path
+) -> None:
+    port = e2e.free_port()
+    e2e.own(f"127.0.0.1:{port}")
+    shepherd = e2e.pcp(
+        "shepherd",
+        "shepherd",
+        *("--backend", "cpu", "--workers", "1", "--port", str(port), "--serve", "cuda:sm_80"),
+        *("--join-timeout", "30", "--token-file", str(token_file)),
+        *("--out", str(tmp_path / "run"), *tiny),
+    )
+    e2e.wait_for(lambda: e2e.listening_port(shepherd), 120, "the shepherd to listen")
+    worker = e2e.pcp(
+        "worker",
+        *("worker", "--connect", f"127.0.0.1:{port}", "--backend", "cpu", "--restarts", "0"),
+        *("--token-file", str(token_file)),
+    )
+    assert worker.wait(120) == EXIT_REFUSED, worker.output()
+    assert "this shepherd serves only cuda:sm_80, not cpu:" in worker.err()
+    shepherd.process.terminate()

@@ -1,0 +1,92 @@
+"""Admission's compile control and its refusals, without sockets: one compile per
+(backend, arch), none of them under a lock that other joins wait on, and only what the
+shepherd serves."""
+
+import threading
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+
+from pcp_core import admission
+from pcp_core.admission import Admission
+from pcp_core.backends import Backend
+
+
+def backend(name: str) -> Backend:
+    return Backend(name=name, target="llvm-cpu", driver="local-task", default_arch="generic")
+
+
+def make_admission(serves: tuple[str, ...] = ()) -> Admission:
+    setup = SimpleNamespace(program=SimpleNamespace(stablehlo="module {}"))
+    return Admission(setup, None, b"secret", None, {}, 1.0, serves=serves)  # type: ignore[arg-type]
+
+
+def test_compiles_of_other_kinds_do_not_wait_and_one_kind_compiles_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    release_slow = threading.Event()
+    calls: list[tuple[str, str]] = []
+
+    def fake_compile(stablehlo: str, target: Backend, arch: str) -> Any:
+        calls.append((target.name, arch))
+        if target.name == "slow":
+            assert release_slow.wait(30), "the slow compile was never released"
+        return f"{target.name}/{arch}"
+
+    monkeypatch.setattr(admission, "compile_program", fake_compile)
+    joins = make_admission()
+    results: dict[str, Any] = {}
+
+    def join(name: str, key: str) -> None:
+        results[key] = joins.program_for(backend(name), "arch0")
+
+    slow = [threading.Thread(target=join, args=("slow", f"slow{i}")) for i in range(3)]
+    for thread in slow:
+        thread.start()
+    fast = threading.Thread(target=join, args=("fast", "fast"))
+    fast.start()
+    fast.join(10)
+    assert results.get("fast") == "fast/arch0", "a join of another kind waited for a compile"
+    release_slow.set()
+    for thread in slow:
+        thread.join(10)
+    assert [results[f"slow{i}"] for i in range(3)] == ["slow/arch0"] * 3
+    assert sorted(calls) == [("fast", "arch0"), ("slow", "arch0")]  # once per kind
+
+
+def test_a_failed_compile_reaches_every_worker_of_that_kind(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def failing(stablehlo: str, target: Backend, arch: str) -> Any:
+        raise admission.CompileError("no such flag")
+
+    monkeypatch.setattr(admission, "compile_program", failing)
+    joins = make_admission()
+    for _ in range(2):
+        with pytest.raises(admission.CompileError, match="no such flag"):
+            joins.program_for(backend("cpu"), "generic")
+
+
+@pytest.mark.parametrize(
+    ("serves", "backend_name", "arch", "refusal"),
+    [
+        ((), "cpu", "x86-64-v4", None),
+        (("cpu",), "cpu", "x86-64-v4", None),
+        (("cuda:sm_80", "cpu"), "cuda", "sm_80", None),
+        (("cuda:sm_80",), "cuda", "sm_86", "serves only cuda:sm_80, not cuda:sm_86"),
+        (("cuda",), "cpu", "x86-64-v4", "serves only cuda, not cpu:x86-64-v4"),
+        ((), "cpu", "sm_80 --iree-flag", "is not a valid name"),
+        ((), "cpu", "", "is not a valid name"),
+        ((), "cpu", "x" * 65, "is not a valid name"),
+    ],
+)
+def test_what_the_shepherd_serves(
+    serves: tuple[str, ...], backend_name: str, arch: str, refusal: str | None
+) -> None:
+    joins = make_admission(serves)
+    if refusal is None:
+        joins._check_served(backend_name, arch)
+    else:
+        with pytest.raises(ValueError, match=refusal):
+            joins._check_served(backend_name, arch)
