@@ -75,7 +75,9 @@ class RunConfig:
     batch_size: int = _opt(16, "Sequences per step.")
     steps_per_call: int = _opt(10, "Steps the compiled program runs per call (K).")
     lr: float = _opt(3e-3, "Peak learning rate.")
-    min_lr: float = _opt(3e-4, "Learning rate at the end of the cosine decay.")
+    min_lr: float | None = _opt(
+        None, "Learning rate at the end of the cosine decay (default: a tenth of --lr)."
+    )
     warmup_steps: int = _opt(20, "Linear warmup steps.")
     weight_decay: float = _opt(0.1, "AdamW decoupled weight decay (matrices only).")
     beta1: float = _opt(0.9, "AdamW beta1.")
@@ -133,6 +135,10 @@ class RunConfig:
             return [b.strip() for b in self.worker_backends.split(",")]
         return [self.backend] * self.workers
 
+    def final_lr(self) -> float:
+        """The learning rate the cosine decay ends at: `min_lr`, else a tenth of `lr`."""
+        return self.lr / 10 if self.min_lr is None else self.min_lr
+
     def served(self) -> tuple[str, ...]:
         return tuple(entry.strip() for entry in (self.serve or "").split(",") if entry.strip())
 
@@ -177,7 +183,7 @@ class RunConfig:
                 raise ConfigError(f"{item.name} must be a finite number, got {value}")
         at_least_zero = ["lr", "min_lr", "weight_decay", "grad_clip", "join_timeout"]
         for name in at_least_zero:
-            if getattr(self, name) < 0:
+            if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
         for name in ("eps", "outer_lr"):
             if getattr(self, name) <= 0:
@@ -187,7 +193,7 @@ class RunConfig:
                 raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.round_timeout is not None and self.round_timeout <= 0:
             raise ConfigError(f"round_timeout must be positive, got {self.round_timeout}")
-        if self.min_lr > self.lr:
+        if self.final_lr() > self.lr:
             raise ConfigError(
                 f"min_lr must not be above lr, got min_lr {self.min_lr} and lr {self.lr}; "
                 "lower --min-lr with --lr"

@@ -94,7 +94,7 @@ class TrainingSetup:
 def inner_settings(config: RunConfig) -> InnerSettings:
     return InnerSettings(
         lr=config.lr,
-        min_lr=config.min_lr,
+        min_lr=config.final_lr(),
         warmup_steps=config.warmup_steps,
         total_steps=config.steps,
         weight_decay=config.weight_decay,

@@ -114,6 +114,14 @@ def test_edges_of_the_ranges_are_accepted() -> None:
     assert run_config.resolve(None, edges).min_lr == 1e-3
 
 
+def test_the_decay_ends_at_a_tenth_of_lr_unless_told() -> None:
+    """`--lr 1e-4` alone works: the end of the decay follows it (a fixed default of 3e-4
+    was above it and refused)."""
+    assert run_config.resolve(None, {"lr": 1e-4}).final_lr() == pytest.approx(1e-5)
+    assert run_config.resolve(None, {}).final_lr() == pytest.approx(3e-4)
+    assert run_config.resolve(None, {"lr": 1e-2, "min_lr": 0.0}).final_lr() == 0.0
+
+
 def test_resolved_config_round_trips_through_toml(tmp_path: Path) -> None:
     resolved = run_config.resolve(None, {"steps": 20, "data": None, "n_head": 2})
     saved = tmp_path / "config.toml"
