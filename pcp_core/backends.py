@@ -3,12 +3,22 @@
 Backend plugins are thin descriptions; compiling, loading and running are core code.
 """
 
+import inspect
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import structlog
+
 from pcp_core.precision import PRECISIONS
+
+log = structlog.get_logger(__name__)
+
+# `detect_arch(device)`: the architecture of device index `device` (0 is the first, as
+# `--device` counts), or None when it cannot tell. The zero-argument form that backends
+# wrote before detection took a device is still called: it speaks for every device.
+DetectArch = Callable[[int], str | None] | Callable[[], str | None]
 
 
 @dataclass(frozen=True)
@@ -29,18 +39,27 @@ class Backend:
     precisions: tuple[str, ...] = PRECISIONS
     # What to install when the runtime driver or device is missing (one line).
     install_hint: str = ""
-    # Returns the architecture of the local device, or None when it cannot tell.
-    detect_arch: Callable[[], str | None] | None = field(default=None, compare=False)
+    # The architecture of a local device (see DetectArch), or None when it cannot tell.
+    detect_arch: DetectArch | None = field(default=None, compare=False)
 
-    def resolve_arch(self, requested: str | None = None) -> str:
-        """The requested architecture, else the detected one, else the known-good default."""
+    def resolve_arch(self, requested: str | None = None, device: int | None = None) -> str:
+        """The requested architecture, else the one detected for device index `device`
+        (default the first), else the known-good default."""
         if requested:
             return requested
-        if self.detect_arch is not None:
-            detected = self.detect_arch()
-            if detected:
-                return detected
-        return self.default_arch
+        detected = None
+        if self.detect_arch is not None and takes_device(self.detect_arch):
+            detected = self.detect_arch(device or 0)  # type: ignore[call-arg]
+        elif self.detect_arch is not None:
+            if device:
+                log.warning(
+                    "this backend detects one architecture for all its devices, maybe "
+                    "another device's: pass --target to be sure",
+                    backend=self.name,
+                    device=device,
+                )
+            detected = self.detect_arch()  # type: ignore[call-arg]
+        return detected or self.default_arch
 
     def check_precision(self, precision: str) -> None:
         if precision not in self.precisions:
@@ -52,6 +71,17 @@ class Backend:
     def compile_flags(self, arch: str) -> list[str]:
         flags = [self.arch_flag.format(arch=arch)] if self.arch_flag else []
         return [*flags, *self.extra_flags]
+
+
+def takes_device(detect: Callable[..., str | None]) -> bool:
+    """Whether a detect_arch accepts a device index (the zero-argument form does not)."""
+    try:
+        inspect.signature(detect).bind(0)
+    except TypeError:
+        return False
+    except ValueError:  # no signature to read (a builtin): assume the current form
+        return True
+    return True
 
 
 def run_quietly(command: list[str], timeout_s: float = 20.0) -> str:
@@ -78,5 +108,6 @@ def iree_device_dump(driver: str) -> list[dict[str, str]]:
             devices.append({})
         elif devices and ": " in line and not line.startswith((" ", "#")):
             key, value = line.split(": ", 1)
-            devices[-1].setdefault(key.strip(), value.strip())
+            # CUDA and HIP print "- gpu-compute-capability: 9.0", Vulkan "type: cpu"
+            devices[-1].setdefault(key.strip().removeprefix("- "), value.strip())
     return devices

@@ -130,4 +130,4 @@ def prepare(config: RunConfig, plugins: Any) -> TrainingSetup:
 def resolve_backend(config: RunConfig, plugins: Any) -> tuple[Backend, str]:
     backend: Backend = plugins.backend(config.backend)
     backend.check_precision(config.precision)
-    return backend, backend.resolve_arch(config.target)
+    return backend, backend.resolve_arch(config.target, config.device)

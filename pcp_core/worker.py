@@ -187,7 +187,7 @@ class InnerState:
 def run_worker(options: WorkerOptions, plugins: Any) -> None:
     """Join, then serve rounds until the shepherd says stop."""
     backend = plugins.backend(options.backend)
-    arch = backend.resolve_arch(options.target)
+    arch = backend.resolve_arch(options.target, options.device)
     open_device(  # fail early
         backend.driver, options.device, backend.install_hint, backend.runtime_flags
     )

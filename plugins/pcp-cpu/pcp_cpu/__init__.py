@@ -23,7 +23,8 @@ from pcp_core.backends import Backend
 PCP_PLUGIN_API = 3  # the pcp_core.PLUGIN_API this plugin is written for
 
 
-def detect_arch() -> str | None:
+def detect_arch(device: int = 0) -> str | None:
+    """The host's level, whichever device: local-task has one, the whole CPU."""
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return "generic"
     try:

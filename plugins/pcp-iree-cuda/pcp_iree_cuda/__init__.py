@@ -26,6 +26,7 @@ Runtime flags, measured the same way (iree-benchmark-module, 10 steps a call):
   32.2 ms; `--cuda_allow_inline_execution` changed nothing.)
 """
 
+import os
 from importlib import resources
 
 from pcp_core import hookimpl
@@ -48,13 +49,21 @@ def arch_for(capability: str) -> str | None:
     return f"sm_{major}{minor}"
 
 
-def detect_arch() -> str | None:
-    for device in iree_device_dump("cuda"):
-        if "gpu-compute-capability" in device:
-            return arch_for(device["gpu-compute-capability"])
+def detect_arch(device: int = 0) -> str | None:
+    """The target of CUDA device index `device`, as IREE (and CUDA) number them."""
+    devices = iree_device_dump("cuda")
+    if device < len(devices) and "gpu-compute-capability" in devices[device]:
+        return arch_for(devices[device]["gpu-compute-capability"])
     query = ["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader"]
-    first = run_quietly(query).strip().splitlines()
-    return arch_for(first[0]) if first else None
+    capabilities = run_quietly(query).split()
+    if device >= len(capabilities):
+        return None
+    # nvidia-smi numbers GPUs by PCI bus, CUDA fastest first unless told otherwise: its
+    # answer for `device` is that device's only if all are alike or the orders agree
+    same_order = os.environ.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID"
+    if len(set(capabilities)) == 1 or (same_order and "CUDA_VISIBLE_DEVICES" not in os.environ):
+        return arch_for(capabilities[device])
+    return None
 
 
 F32_MATMUL_SPEC = resources.files(__name__) / "f32_matmul_spec.mlir"

@@ -13,7 +13,8 @@ from pcp_core.backends import Backend
 PCP_PLUGIN_API = 3  # the pcp_core.PLUGIN_API this plugin is written for
 
 
-def detect_arch() -> str | None:
+def detect_arch(device: int = 0) -> str | None:
+    """The platform, which every device of this machine shares."""
     return "macos" if platform.system() == "Darwin" else None
 
 

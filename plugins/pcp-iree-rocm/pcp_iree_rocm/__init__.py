@@ -1,20 +1,25 @@
 """AMD GPUs: IREE's `rocm` target for a `gfx…` architecture, `hip` driver.
 
 In IREE 3.13 the architecture flag is `--iree-rocm-target` (`--iree-hip-target` is
-not known yet). Detection reads the first GPU agent that `rocminfo` lists.
+not known yet). Detection asks IREE's HIP driver, else `rocminfo`, about the given device.
 """
 
 import re
 
 from pcp_core import hookimpl
-from pcp_core.backends import Backend, run_quietly
+from pcp_core.backends import Backend, iree_device_dump, run_quietly
 
 PCP_PLUGIN_API = 3  # the pcp_core.PLUGIN_API this plugin is written for
 
 
-def detect_arch() -> str | None:
-    found = re.search(r"\bgfx[0-9a-f]{3,4}\b", run_quietly(["rocminfo"]))
-    return found.group(0) if found else None
+def detect_arch(device: int = 0) -> str | None:
+    """The architecture of HIP device index `device`: from IREE's dump of the devices
+    ("gfx942:sramecc+:xnack-"), else from the GPU agents `rocminfo` lists, in order."""
+    devices = iree_device_dump("hip")
+    if device < len(devices) and devices[device].get("gpu-arch-name"):
+        return devices[device]["gpu-arch-name"].split(":")[0]
+    agents = re.findall(r"^\s*Name:\s+(gfx[0-9a-f]{3,4})\s*$", run_quietly(["rocminfo"]), re.M)
+    return agents[device] if device < len(agents) else None
 
 
 ROCM = Backend(

@@ -30,9 +30,9 @@ def target_for(device: dict[str, str]) -> str:
     return VENDOR_TARGETS.get(device.get("vendor_id", "").lower(), BASELINE)
 
 
-def detect_arch() -> str | None:
+def detect_arch(device: int = 0) -> str | None:
     devices = iree_device_dump("vulkan")
-    return target_for(devices[0]) if devices else None
+    return target_for(devices[device]) if device < len(devices) else None
 
 
 VULKAN = Backend(
