@@ -108,11 +108,16 @@ def generated_secret(run_dir: Path, announce: bool) -> bytes:
 def worker_command(
     config: RunConfig, address: tuple[str, int], backend: str, state_dir: Path
 ) -> list[str]:
-    """The command line of one local worker (supervised by this process, so no restarts)."""
+    """The command line of one local worker (supervised by this process, so no restarts).
+
+    --device goes to every local worker, whatever its backend, as the run checked it
+    for each before starting them; --target only to those of the run's backend."""
     connect = f"{address[0]}:{address[1]}"
     command = [sys.executable, "-m", "pcp_core", "worker", "--connect", connect]
     command += ["--backend", backend, "--transport", config.transport, "--restarts", "0"]
     command += ["--timeout", str(config.worker_timeout), "--state-dir", str(state_dir)]
+    if config.device is not None:
+        command += ["--device", str(config.device)]
     if config.target and backend == config.backend:
         command += ["--target", config.target]
     if config.tls_ca:

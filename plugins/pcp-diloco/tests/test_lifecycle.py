@@ -58,6 +58,29 @@ def test_ctrl_c_ends_everything(e2e: Any, tiny: tuple[str, ...], tmp_path: Path,
         pass
 
 
+def test_local_workers_get_the_device(e2e: Any, tiny: tuple[str, ...], tmp_path: Path) -> None:
+    """`pcp train --workers 2 --device 0`: each local worker is started on that device."""
+    run = e2e.pcp(
+        "train",
+        *DILOCO,
+        *("--device", "0", "--steps", "100000", "--inner-steps", "10", "--eval-every", "0"),
+        *("--out", str(tmp_path / "run"), *tiny),
+        start_new_session=True,
+    )
+    port = e2e.wait_for(
+        lambda: e2e.listening_port(run) or run.process.poll() is not None, 180, "the shepherd"
+    )
+    assert run.process.poll() is None, run.output()[-4000:]
+    address = f"127.0.0.1:{port}"
+    e2e.own(address)
+    e2e.wait_for(lambda: len(worker_pids(e2e, address)) == 2, 60, "two local workers")
+    for pid in worker_pids(e2e, address):
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+        assert "--device" in argv and argv[argv.index("--device") + 1] == "0", argv
+    os.killpg(run.pid, signal.SIGINT)
+    assert run.wait(30) == 130, run.err()[-3000:]
+
+
 @pytest.mark.slow
 def test_killed_worker_is_restarted_and_rejoins(
     e2e: Any, tiny: tuple[str, ...], tmp_path: Path
