@@ -461,7 +461,7 @@ def worker(
         from pcp_core.supervisor import Supervisor
 
         command = [sys.executable, "-m", "pcp_core", *sys.argv[1:], "--restarts", "0"]
-        raise typer.Exit(Supervisor(command, env=retaining_env(), max_restarts=restarts).run())
+        raise typer.Exit(Supervisor(command, env=retaining_env(), max_restarts=restarts).serve())
 
     def body() -> None:
         from pcp_core.worker_state import StateDirBusy, default_state_dir

@@ -7,14 +7,24 @@ after its start, are a crash loop: reported once, and supervision ends. A clean 
 a configuration error (no device, missing driver, bad input), a refusal (a wrong secret
 or version) or Ctrl-C ends supervision too: restarting cannot fix those
 (`pcp_core.exit_codes`).
+
+The worker never outlives its supervisor: a supervisor that is a process of its own
+(`pcp worker`, see `serve`) passes SIGTERM, SIGINT and SIGHUP on to it, and on Linux the
+kernel kills the worker when the supervisor dies, SIGKILL included.
 """
 
 import contextlib
+import functools
+import os
+import signal
 import subprocess
+import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from types import FrameType
+from typing import Any
 
 import structlog
 
@@ -23,6 +33,45 @@ from pcp_core import exit_codes
 log = structlog.get_logger(__name__)
 
 STABLE_S = 60.0
+GRACE_S = 10.0  # how long a signalled worker may take to exit before it is killed
+FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+@functools.cache
+def _prctl() -> Any:
+    """libc's prctl, or None off Linux or where it cannot be found."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import ctypes
+
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+    prctl.restype = ctypes.c_int
+    return prctl
+
+
+def dies_with_this_thread() -> Callable[[], None] | None:
+    """A `preexec_fn` that has the kernel SIGKILL the child when the thread that starts
+    it ends (Linux's parent-death signal: it follows the thread, not the process, so
+    start the child from a thread that outlives it). None where there is no prctl.
+
+    It runs between fork and exec, so it only calls what was looked up beforehand.
+    """
+    prctl = _prctl()
+    if prctl is None:
+        return None
+    parent, kill = os.getpid(), int(signal.SIGKILL)
+
+    def arm() -> None:
+        prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
+        if os.getppid() != parent:  # the parent died before the signal was armed
+            os.kill(os.getpid(), kill)
+
+    return arm
 
 
 class Supervisor:
@@ -45,6 +94,8 @@ class Supervisor:
         self.max_backoff_s = max_backoff_s
         self.restarts = 0
         self.process: subprocess.Popen[bytes] | None = None
+        self.signalled: int | None = None  # the signal that stopped `serve`
+        self._own_group = False
         self._stopping = threading.Event()
         self._lock = threading.Lock()
 
@@ -56,6 +107,9 @@ class Supervisor:
                 env=self.env,
                 stdout=output,
                 stderr=subprocess.STDOUT if output else None,
+                preexec_fn=dies_with_this_thread(),
+                # under `serve`, signals reach the worker through this process only, once
+                process_group=0 if self._own_group else None,
             )
         finally:
             if output:
@@ -90,19 +144,52 @@ class Supervisor:
                 return exit_codes.INTERRUPTED
             delay = min(delay * 2, self.max_backoff_s)
 
+    def serve(self, grace_s: float = GRACE_S) -> int:
+        """`run`, in the main thread of a process that only supervises (`pcp worker`).
+
+        SIGTERM, SIGINT and SIGHUP stop supervision and end the worker: the signal is
+        passed on to it, and SIGKILL follows after `grace_s`. The worker runs in a
+        process group of its own, so a terminal's Ctrl-C reaches it once, from here.
+        Returns the worker's exit code, or 128 + the signal's number once signalled
+        (130 for Ctrl-C, 143 for SIGTERM). A signal this process ignores (under
+        `nohup`, say) stays ignored.
+        """
+
+        def stop(signum: int) -> None:
+            log.info("stopping the worker", signal=signal.Signals(signum).name)
+            self.stop(grace_s, signum)
+
+        def forward(signum: int, frame: FrameType | None) -> None:
+            # In a thread: the main thread may be holding the lock, or writing to stderr.
+            self.signalled = signum
+            threading.Thread(target=stop, args=(signum,), name="pcp-supervisor-stop").start()
+
+        previous = {
+            number: signal.signal(number, forward)
+            for number in FORWARDED
+            if signal.getsignal(number) is not signal.SIG_IGN
+        }
+        self._own_group = True
+        try:
+            code = self.run()
+        finally:
+            for number, handler in previous.items():
+                signal.signal(number, handler)
+        return 128 + self.signalled if self.signalled else code
+
     def start(self) -> threading.Thread:
         thread = threading.Thread(target=self.run, name="pcp-supervisor", daemon=True)
         thread.start()
         return thread
 
-    def stop(self, grace_s: float = 5.0) -> None:
-        """Stop supervising and end the worker: SIGTERM, then SIGKILL after `grace_s`."""
+    def stop(self, grace_s: float = 5.0, signum: int = signal.SIGTERM) -> None:
+        """Stop supervising and end the worker: `signum`, then SIGKILL after `grace_s`."""
         with self._lock:
             self._stopping.set()
             process = self.process
         if process is None or process.poll() is not None:
             return
-        process.terminate()
+        process.send_signal(signum)
         try:
             process.wait(grace_s)
         except subprocess.TimeoutExpired:

@@ -1,7 +1,15 @@
-"""The supervisor restarts crashes, and only crashes; a run without a device fails first."""
+"""The supervisor restarts crashes, and only crashes; a run without a device fails first;
+its worker never outlives it."""
 
+import contextlib
+import os
+import signal
+import socket
+import subprocess
 import sys
 import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -61,3 +69,82 @@ def test_worker_without_a_device_exits_without_restarts() -> None:
     result = run_pcp("worker", "--backend", "rocm", "--connect", "127.0.0.1:1")
     assert result.returncode == exit_codes.CONFIGURATION, result.stderr
     assert "install ROCm" in result.stderr and "restarting" not in result.stderr
+
+
+def alive(pid: int) -> bool:
+    """Whether process `pid` runs (a zombie has ended: only its exit status is left)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if entry.name.isdigit() and alive(int(entry.name)):
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                if int(stat[1]) == pid:  # the fields after the name: state, parent, ...
+                    found.append(int(entry.name))
+    return found
+
+
+def signals_as_a_shell_leaves_them() -> None:
+    """A child started in the background of a script would ignore SIGINT; not here."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
+@pytest.fixture
+def supervised_worker(tmp_path: Path) -> Iterator[tuple[subprocess.Popen[bytes], int]]:
+    """`pcp worker` (supervised: --restarts defaults to 5) joined to a socket that never
+    answers, and the pid of the real worker, its child; both killed at the end."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(120)
+        port = server.getsockname()[1]
+        with (tmp_path / "worker.err").open("wb") as err:
+            supervisor = subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "pcp_core", "worker"),
+                    *("--connect", f"127.0.0.1:{port}", "--timeout", "300"),
+                    *("--state-dir", str(tmp_path / "state")),
+                ],
+                stderr=err,
+                preexec_fn=signals_as_a_shell_leaves_them,
+            )
+        worker = None
+        try:
+            connection, _ = server.accept()  # the real worker has its device and says hello
+            with connection:
+                (worker,) = children(supervisor.pid)
+                yield supervisor, worker
+        finally:
+            for pid in (supervisor.pid, worker):
+                if pid is not None and alive(pid):
+                    os.kill(pid, signal.SIGKILL)
+            supervisor.wait()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
+def test_a_signalled_supervisor_ends_its_worker(
+    supervised_worker: tuple[subprocess.Popen[bytes], int], signum: signal.Signals
+) -> None:
+    supervisor, worker = supervised_worker
+    os.kill(supervisor.pid, signum)
+    assert supervisor.wait(30) == 128 + signum  # 143 for SIGTERM, 130 for Ctrl-C
+    assert not alive(worker), f"the worker outlived its supervisor's {signum.name}"
+
+
+def test_a_killed_supervisor_takes_its_worker_along(
+    supervised_worker: tuple[subprocess.Popen[bytes], int],
+) -> None:
+    """SIGKILL cannot be passed on: the kernel kills the worker when its parent dies."""
+    supervisor, worker = supervised_worker
+    os.kill(supervisor.pid, signal.SIGKILL)
+    supervisor.wait(30)
+    deadline = time.monotonic() + 10
+    while alive(worker) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not alive(worker), "the worker outlived its SIGKILLed supervisor"
