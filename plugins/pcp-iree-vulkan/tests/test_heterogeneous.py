@@ -61,7 +61,7 @@ def test_cpu_and_vulkan_workers_train_together(tmp_path: Path) -> None:
     assert compiled == {"cpu", "vulkan"}  # one program per backend
     joined = [line for line in result.stderr.splitlines() if "worker joined" in line]
     assert any("vulkan/vp_android_baseline_2022" in line for line in joined)
-    assert any("(cpu/" in line for line in joined)
+    assert any(", cpu/" in line for line in joined)  # the label: (name, backend/arch)
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert [r["workers"] for r in records] == [2, 2, 2]
     assert records[-1]["val_loss"] < records[0]["val_loss"]
