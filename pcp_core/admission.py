@@ -28,14 +28,9 @@ import numpy as np
 import structlog
 
 from pcp_core import auth
-from pcp_core.backends import Backend
+from pcp_core.backends import Artifact, Backend
 from pcp_core.channel import SealedConnection, session_keys
-from pcp_core.compiler import (
-    CompiledProgram,
-    CompileError,
-    compile_program,
-    iree_compiler_version,
-)
+from pcp_core.compiler import CompileError
 from pcp_core.liveness import LiveConnection
 from pcp_core.messages import Challenge, Hello, Proof, Reject, Setup, Tensor, Welcome
 from pcp_core.registry import UnknownNameError
@@ -76,7 +71,7 @@ class Admission:
     closing: threading.Event = field(default_factory=threading.Event)
     setup_bytes: int = 0
     stop_late: Callable[[], None] = lambda: None  # stops links that joined while closing
-    _programs: dict[tuple[str, str], "Future[CompiledProgram]"] = field(default_factory=dict)
+    _programs: dict[tuple[str, str], "Future[Artifact]"] = field(default_factory=dict)
     _compile_lock: threading.Lock = field(default_factory=threading.Lock)
     _unproven: "collections.OrderedDict[int, Connection]" = field(
         default_factory=collections.OrderedDict
@@ -170,21 +165,18 @@ class Admission:
             return None
         deadline.cancel()
         self._proven(conn)
-        compiler = iree_compiler_version()
-        if hello.iree_runtime_version != compiler:
-            self._refuse(
-                conn,
-                f"IREE version mismatch: the shepherd compiles with IREE "
-                f"{compiler} but this worker runs iree-base-runtime "
-                f"{hello.iree_runtime_version}; install iree-base-runtime=={compiler}",
-            )
-            return None
         try:
             backend: Backend = self.plugins.backend(hello.backend)
             backend.check_precision(self.setup.config.precision)
             self._check_served(hello.backend, hello.arch)
+            report = json.loads(hello.runtime)
+            if not isinstance(report, dict):
+                raise ValueError(f"its runtime report is not an object: {hello.runtime[:80]!r}")
         except (UnknownNameError, ValueError) as error:
             self._refuse(conn, f"the shepherd cannot compile for this worker: {error}")
+            return None
+        if refusal := backend.runner().refusal(backend, hello.arch, report):
+            self._refuse(conn, refusal)
             return None
         index = self._reserve_index(hello.previous_index)
         mac = auth.shepherd_proof(self.secret, challenge, proof.nonce)
@@ -196,9 +188,9 @@ class Admission:
         try:
             conn.send(welcome)  # the last message in the clear: from here on all are sealed
             live.start_heartbeats(self.heartbeat_s)  # compiling may take minutes
-            compiled = self.program_for(backend, hello.arch)
+            artifact = self.program_for(backend, hello.arch)
             link = WorkerLink(index, live, hello)
-            self._send_setup(link, backend, compiled)
+            self._send_setup(link, artifact)
         except CompileError as error:
             self.release_index(index)
             self._refuse(live, f"the shepherd cannot compile for this worker: {error}")
@@ -235,7 +227,7 @@ class Admission:
                 f"this shepherd serves only {', '.join(self.serves)}, not {backend}:{arch}"
             )
 
-    def program_for(self, backend: Backend, arch: str) -> CompiledProgram:
+    def program_for(self, backend: Backend, arch: str) -> Artifact:
         """One compile per distinct (backend, architecture), shared by its workers.
 
         The first worker of a kind compiles; later ones of that kind wait for its result.
@@ -249,16 +241,15 @@ class Admission:
                 program = self._programs[key] = Future()
         if compiling:
             try:
-                program.set_result(compile_program(self.setup.program.stablehlo, backend, arch))
+                program.set_result(backend.runner().build(self.setup.program, backend, arch))
             except BaseException as error:
                 program.set_exception(error)
         return program.result()
 
-    def _send_setup(self, link: WorkerLink, backend: Backend, compiled: CompiledProgram) -> None:
+    def _send_setup(self, link: WorkerLink, artifact: Artifact) -> None:
         program, corpus = self.setup.program, self.setup.corpus
         settings = {
             **self.settings,
-            "driver": backend.driver,
             "batch_size": program.batch_size,
             "block_size": program.block_size,
             "steps_per_call": program.steps_per_call,
@@ -266,9 +257,10 @@ class Admission:
             "param_specs": [(s.name, s.shape, s.dtype) for s in program.param_specs],
             "opt_specs": [(s.name, s.shape, s.dtype) for s in program.opt_specs],
         }
-        tensors = [Tensor("vmfb", np.frombuffer(compiled.vmfb, dtype=np.uint8))]
+        tensors = [Tensor("artifact", np.frombuffer(artifact.data, dtype=np.uint8))]
         tensors += self._shared_tensors()
-        self.setup_bytes += link.conn.send(Setup(compiled.sha256, json.dumps(settings), tensors))
+        setup = Setup(artifact.kind, artifact.sha256, json.dumps(settings), tensors)
+        self.setup_bytes += link.conn.send(setup)
 
     def _shared_tensors(self) -> list[Tensor]:
         """The tokens and the initial inner state, the same for every worker: built once,

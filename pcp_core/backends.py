@@ -1,6 +1,10 @@
-"""What a hardware backend is: an IREE compile target plus a runtime driver.
+"""What a hardware backend is: an IREE compile target plus a runtime driver, or a
+runtime of its own.
 
-Backend plugins are thin descriptions; compiling, loading and running are core code.
+IREE backend plugins are thin descriptions; compiling, loading and running them is core
+code (`pcp_core.iree_runtime`). A backend that is not IREE (pcp-xla) names a `Runtime`:
+how its artifact is built from the exported program, what a worker reports and the
+shepherd checks at the join, how its device is found and its artifact run.
 """
 
 import inspect
@@ -8,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import structlog
 
@@ -19,6 +24,70 @@ log = structlog.get_logger(__name__)
 # `--device` counts), or None when it cannot tell. The zero-argument form that backends
 # wrote before detection took a device is still called: it speaks for every device.
 DetectArch = Callable[[int], str | None] | Callable[[], str | None]
+
+
+@dataclass(frozen=True)
+class Artifact:
+    """A program built for one backend and architecture: what the shepherd ships."""
+
+    kind: str  # the runtime's kind: "iree-vmfb", "xla-export"
+    data: bytes
+    sha256: str
+    backend: str
+    arch: str
+    cache_hit: bool = False
+
+
+class Executor(Protocol):
+    """One built program loaded on one device, holding the training state there between
+    calls; only the losses come back from `run`."""
+
+    def set_params(self, params: list[Any]) -> None: ...
+
+    def set_opt_state(self, opt_state: list[Any]) -> None: ...
+
+    def run(self, inputs: Any, targets: Any) -> Any: ...
+
+    def params(self) -> list[Any]: ...
+
+    def opt_state(self) -> list[Any]: ...
+
+
+class Runtime(Protocol):
+    """How a backend's programs are built, admitted and run."""
+
+    kind: str
+
+    def build(self, program: Any, backend: "Backend", arch: str) -> Artifact:
+        """The artifact for `arch` from a `pcp_core.program.TrainProgram` (on the shepherd)."""
+        ...
+
+    def worker_report(self, backend: "Backend") -> dict[str, Any]:
+        """What a worker says about its runtime in its Hello (versions, platform)."""
+        ...
+
+    def refusal(self, backend: "Backend", arch: str, report: dict[str, Any]) -> str | None:
+        """Why the shepherd cannot serve a worker that reported `report`, or None."""
+        ...
+
+    def require_device(self, backend: "Backend", device: int | None) -> None:
+        """DeviceError, one line saying what to install, unless the device is here."""
+        ...
+
+    def describe_devices(self, backend: "Backend") -> dict[str, Any]:
+        """What `pcp devices` shows for the backend."""
+        ...
+
+    def open(
+        self, artifact: bytes, backend: "Backend", program: Any, device: int | None
+    ) -> Executor:
+        """An executor for `artifact` on device index `device` (default the first).
+        `program` holds `param_specs` and `opt_specs`."""
+        ...
+
+    def assert_state_stays_on_device(self, executor: Executor, batches: list[Any]) -> None:
+        """For the conformance suite: AssertionError if state crosses to the host."""
+        ...
 
 
 @dataclass(frozen=True)
@@ -41,6 +110,16 @@ class Backend:
     install_hint: str = ""
     # The architecture of a local device (see DetectArch), or None when it cannot tell.
     detect_arch: DetectArch | None = field(default=None, compare=False)
+    # How its programs are built and run; None: IREE, with the fields above.
+    runtime: Runtime | None = field(default=None, compare=False)
+
+    def runner(self) -> Runtime:
+        """This backend's runtime: its own, or the core's IREE one."""
+        if self.runtime is not None:
+            return self.runtime
+        from pcp_core.iree_runtime import IREE
+
+        return IREE
 
     def resolve_arch(self, requested: str | None = None, device: int | None = None) -> str:
         """The requested architecture, else the one detected for device index `device`

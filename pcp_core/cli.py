@@ -212,10 +212,9 @@ def run_algorithm(
     for name in {config.backend, *config.local_worker_backends()}:
         host.backend(name).check_precision(config.precision)  # fail before any work
     if local_workers:  # no worker starts, to crash and be restarted, without a device
-        from pcp_core.executor import require_device
-
         for name in sorted(set(config.local_worker_backends())):
-            require_device(host.backend(name), config.device)
+            backend = host.backend(name)
+            backend.runner().require_device(backend, config.device)
     endpoint = None
     if algorithm.worker_round is not None:  # the secret, TLS files and port, bound now
         from pcp_core.distributed import open_endpoint
@@ -341,33 +340,33 @@ app.command("shepherd")(
 
 
 def compile_vmfb(config: run_config.RunConfig, output: Path) -> None:
-    """Compile the training program for a backend, without needing its hardware.
+    """Build the training program for a backend, without needing its hardware.
 
     Useful to check a target from a build machine: `pcp compile --backend rocm
     --target gfx942 -o train.vmfb`. The program is the one `pcp train` would run with
-    the same settings (model size, batch, steps per call, optimizer, data).
+    the same settings (model size, batch, steps per call, optimizer, data). IREE backends
+    write a VMFB; others their own artifact (pcp-xla: a serialized jax.export).
     """
 
     def body() -> None:
-        from pcp_core.compiler import compile_program
         from pcp_core.training import prepare, resolve_backend
 
         host = plugins.host()
         backend, arch = resolve_backend(config, host)
         setup = prepare(config, host)
-        compiled = compile_program(setup.program.stablehlo, backend, arch)
+        artifact = backend.runner().build(setup.program, backend, arch)
         output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_bytes(compiled.vmfb)
+        output.write_bytes(artifact.data)
         typer.echo(
-            f"{output}: {len(compiled.vmfb):,} bytes for {backend.name} ({arch}), "
-            f"sha256 {compiled.sha256[:16]}…"
+            f"{output}: {len(artifact.data):,} bytes ({artifact.kind}) for {backend.name} "
+            f"({arch}), sha256 {artifact.sha256[:16]}…"
         )
 
     run_or_explain(body)
 
 
 OUTPUT_OPTION = _option(
-    "output", Path, typer.Option(..., "--output", "-o", help="Where to write the VMFB.")
+    "output", Path, typer.Option(..., "--output", "-o", help="Where to write the program.")
 )
 app.command("compile")(with_run_config(compile_vmfb, extra=[OUTPUT_OPTION]))
 
@@ -378,9 +377,8 @@ def devices(
 ) -> None:
     """For every installed backend: is its runtime driver present, which devices it sees,
     and the architecture PCP would compile for."""
-    from pcp_core.executor import describe_devices
-
-    rows = [describe_devices(backend) for backend in plugins.host().registries["backend"].values()]
+    backends = plugins.host().registries["backend"].values()
+    rows = [backend.runner().describe_devices(backend) for backend in backends]
     if as_json:
         typer.echo(json.dumps(rows, indent=2))
         return

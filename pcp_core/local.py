@@ -10,9 +10,7 @@ import numpy as np
 import structlog
 
 from pcp_core.algorithms import Algorithm, RunContext
-from pcp_core.compiler import compile_program
 from pcp_core.config import ConfigError
-from pcp_core.executor import IreeExecutor, open_device
 from pcp_core.training import prepare, resolve_backend
 
 log = structlog.get_logger(__name__)
@@ -27,18 +25,10 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
     backend, arch = resolve_backend(config, ctx.plugins)
     setup = prepare(config, ctx.plugins)
     program = setup.program
-    open_device(  # before compiling
-        backend.driver, config.device, backend.install_hint, backend.runtime_flags
-    )
-    compiled = compile_program(program.stablehlo, backend, arch)
-    executor = IreeExecutor(
-        compiled.vmfb,
-        backend.driver,
-        program.param_specs,
-        program.opt_specs,
-        config.device,
-        backend.runtime_flags,
-    )
+    runtime = backend.runner()
+    runtime.require_device(backend, config.device)  # before compiling
+    artifact = runtime.build(program, backend, arch)
+    executor = runtime.open(artifact.data, backend, program, config.device)
     params = setup.initial_params()
     executor.set_params(params)
     executor.set_opt_state(program.init_opt_state(params))
@@ -83,7 +73,7 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
     summary = setup.summary(
         float(losses[-1]), val_loss, tokens, tokens / compute_s, ctx.metrics.elapsed()
     )
-    return summary | {"arch": arch, "compile_cache_hit": compiled.cache_hit}
+    return summary | {"arch": arch, "compile_cache_hit": artifact.cache_hit}
 
 
 LOCAL = Algorithm(name="local", run=run_local, description="single process, single device")

@@ -32,7 +32,7 @@ class Hello:
     worker_name: str
     backend: str
     arch: str
-    iree_runtime_version: str
+    runtime: str  # JSON: what its backend's runtime reports (versions, platform)
     device: str = ""
     previous_index: int = -1  # the index it had before a restart (its state is for that)
 
@@ -64,9 +64,10 @@ class Reject:
 class Setup:
     """Everything a worker needs once: program, run settings, data, inner-optimizer state."""
 
-    vmfb_sha256: str
+    artifact_kind: str  # the backend runtime's kind: "iree-vmfb", "xla-export"
+    artifact_sha256: str
     settings_json: str  # run settings (batch, block, steps per call, specs): small metadata
-    tensors: list[Tensor] = field(default_factory=list)  # "vmfb", "tokens", opt state
+    tensors: list[Tensor] = field(default_factory=list)  # "artifact", "tokens", opt state
 
 
 @dataclass

@@ -24,10 +24,9 @@ import structlog
 
 from pcp_core import auth
 from pcp_core.aggregation import delta_norm
+from pcp_core.backends import Backend, Executor
 from pcp_core.channel import SealedConnection, session_keys
-from pcp_core.compiler import iree_runtime_version
 from pcp_core.data import CharCorpus
-from pcp_core.executor import IreeExecutor, open_device
 from pcp_core.liveness import LiveConnection
 from pcp_core.messages import (
     Assignment,
@@ -75,7 +74,7 @@ class WorkerSession:
     """What an algorithm's worker side works with during a round."""
 
     index: int
-    executor: IreeExecutor
+    executor: Executor
     corpus: CharCorpus  # the training tokens the shepherd shipped
     settings: dict[str, Any]
 
@@ -127,26 +126,40 @@ def join(conn: Connection, hello: Hello, secret: bytes | None) -> tuple[Welcome,
     return answer, SealedConnection(conn, keys.worker_to_shepherd, keys.shepherd_to_worker)
 
 
+@dataclass(frozen=True)
+class ShippedSpecs:
+    """The tensor specs a Setup announces, as a runtime's `open` reads them."""
+
+    param_specs: list[TensorSpec]
+    opt_specs: list[TensorSpec]
+
+
 def load_setup(
-    setup: Setup, options: WorkerOptions, runtime_flags: tuple[str, ...]
-) -> tuple[IreeExecutor, CharCorpus, dict]:
-    """Check the shipped program's hash, load it on the device, set the inner state."""
+    setup: Setup, options: WorkerOptions, backend: Backend
+) -> tuple[Executor, CharCorpus, dict]:
+    """Check the shipped program's kind and hash, load it on the device, set the inner
+    state."""
+    runtime = backend.runner()
+    if setup.artifact_kind != runtime.kind:
+        raise JoinRefused(
+            f"the shepherd sent a {setup.artifact_kind!r} program; backend "
+            f"{backend.name!r} runs {runtime.kind!r}"
+        )
     tensors = {t.name: t.array for t in setup.tensors}
-    vmfb = tensors.pop("vmfb").tobytes()
-    digest = hashlib.sha256(vmfb).hexdigest()
-    if digest != setup.vmfb_sha256:
+    artifact = tensors.pop("artifact").tobytes()
+    digest = hashlib.sha256(artifact).hexdigest()
+    if digest != setup.artifact_sha256:
         raise JoinRefused(
             f"program hash mismatch: got {digest[:16]}…, "
-            f"announced {setup.vmfb_sha256[:16]}…; refusing to load it"
+            f"announced {setup.artifact_sha256[:16]}…; refusing to load it"
         )
     settings = json.loads(setup.settings_json)
-    param_specs = [TensorSpec(n, tuple(s), d) for n, s, d in settings["param_specs"]]
-    opt_specs = [TensorSpec(n, tuple(s), d) for n, s, d in settings["opt_specs"]]
-    backend_driver = settings["driver"]
-    executor = IreeExecutor(
-        vmfb, backend_driver, param_specs, opt_specs, options.device, runtime_flags
+    specs = ShippedSpecs(
+        [TensorSpec(n, tuple(s), d) for n, s, d in settings["param_specs"]],
+        [TensorSpec(n, tuple(s), d) for n, s, d in settings["opt_specs"]],
     )
-    executor.set_opt_state([tensors[s.name] for s in opt_specs])
+    executor = runtime.open(artifact, backend, specs, options.device)
+    executor.set_opt_state([tensors[s.name] for s in specs.opt_specs])
     tokens = tensors["tokens"].astype(np.int32)
     corpus = CharCorpus(settings["vocabulary"], tokens, tokens[:0], "shepherd")
     return executor, corpus, settings
@@ -188,9 +201,7 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
     """Join, then serve rounds until the shepherd says stop."""
     backend = plugins.backend(options.backend)
     arch = backend.resolve_arch(options.target, options.device)
-    open_device(  # fail early
-        backend.driver, options.device, backend.install_hint, backend.runtime_flags
-    )
+    backend.runner().require_device(backend, options.device)  # fail early
     store = InnerStateStore(options.state_dir)
     transport = plugins.transport(options.transport)
     name = options.name or f"{socket.gethostname()}:{os.getpid()}"
@@ -198,7 +209,7 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         name,
         backend.name,
         arch,
-        iree_runtime_version(),
+        json.dumps(backend.runner().worker_report(backend)),
         str(options.device or 0),
         store.previous_index(),
     )
@@ -223,7 +234,7 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         if not isinstance(setup, Setup):
             raise JoinRefused(f"expected the program, got {type(setup).__name__}")
         try:
-            executor, corpus, settings = load_setup(setup, options, backend.runtime_flags)
+            executor, corpus, settings = load_setup(setup, options, backend)
         except JoinRefused as error:
             conn.send(Failure(str(error)))
             raise

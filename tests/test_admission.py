@@ -13,8 +13,23 @@ from pcp_core.admission import Admission
 from pcp_core.backends import Backend
 
 
-def backend(name: str) -> Backend:
-    return Backend(name=name, target="llvm-cpu", driver="local-task", default_arch="generic")
+class FakeRuntime:
+    """A runtime whose build is a function of the test's."""
+
+    kind = "fake"
+
+    def __init__(self, build: Any) -> None:
+        self.build = lambda program, backend, arch: build(program.stablehlo, backend, arch)
+
+
+def backend(name: str, build: Any = None) -> Backend:
+    return Backend(
+        name=name,
+        target="llvm-cpu",
+        driver="local-task",
+        default_arch="generic",
+        runtime=FakeRuntime(build),  # type: ignore[arg-type]
+    )
 
 
 def make_admission(serves: tuple[str, ...] = ()) -> Admission:
@@ -22,9 +37,7 @@ def make_admission(serves: tuple[str, ...] = ()) -> Admission:
     return Admission(setup, None, b"secret", None, {}, 1.0, serves=serves)  # type: ignore[arg-type]
 
 
-def test_compiles_of_other_kinds_do_not_wait_and_one_kind_compiles_once(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_compiles_of_other_kinds_do_not_wait_and_one_kind_compiles_once() -> None:
     release_slow = threading.Event()
     calls: list[tuple[str, str]] = []
 
@@ -34,12 +47,11 @@ def test_compiles_of_other_kinds_do_not_wait_and_one_kind_compiles_once(
             assert release_slow.wait(30), "the slow compile was never released"
         return f"{target.name}/{arch}"
 
-    monkeypatch.setattr(admission, "compile_program", fake_compile)
     joins = make_admission()
     results: dict[str, Any] = {}
 
     def join(name: str, key: str) -> None:
-        results[key] = joins.program_for(backend(name), "arch0")
+        results[key] = joins.program_for(backend(name, fake_compile), "arch0")
 
     slow = [threading.Thread(target=join, args=("slow", f"slow{i}")) for i in range(3)]
     for thread in slow:
@@ -55,17 +67,18 @@ def test_compiles_of_other_kinds_do_not_wait_and_one_kind_compiles_once(
     assert sorted(calls) == [("fast", "arch0"), ("slow", "arch0")]  # once per kind
 
 
-def test_a_failed_compile_reaches_every_worker_of_that_kind(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_a_failed_compile_reaches_every_worker_of_that_kind() -> None:
+    calls = []
+
     def failing(stablehlo: str, target: Backend, arch: str) -> Any:
+        calls.append(arch)
         raise admission.CompileError("no such flag")
 
-    monkeypatch.setattr(admission, "compile_program", failing)
     joins = make_admission()
     for _ in range(2):
         with pytest.raises(admission.CompileError, match="no such flag"):
-            joins.program_for(backend("cpu"), "generic")
+            joins.program_for(backend("cpu", failing), "generic")
+    assert calls == ["generic"]
 
 
 @pytest.mark.parametrize(

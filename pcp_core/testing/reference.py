@@ -56,17 +56,10 @@ def initial_params(config: Mapping[str, int], model: str = "nanogpt") -> list[np
     return list(plugins.host().model(model).init(config, 0).values())
 
 
-def open_executor(backend: Any, vmfb: bytes, program: Any, params: list[np.ndarray]) -> Any:
-    """An IREE executor for `vmfb` holding `params` and the program's initial state."""
-    from pcp_core.executor import IreeExecutor
-
-    executor = IreeExecutor(
-        vmfb,
-        backend.driver,
-        program.param_specs,
-        program.opt_specs,
-        runtime_flags=backend.runtime_flags,
-    )
+def open_executor(backend: Any, artifact: bytes, program: Any, params: list[np.ndarray]) -> Any:
+    """The backend's executor for `artifact` holding `params` and the program's initial
+    state."""
+    executor = backend.runner().open(artifact, backend, program, None)
     with on_cpu():
         opt_state = program.init_opt_state(params)
     executor.set_params(params)
@@ -76,20 +69,21 @@ def open_executor(backend: Any, vmfb: bytes, program: Any, params: list[np.ndarr
 
 def assert_matches_jax(
     backend: Any,
-    vmfb: bytes,
+    artifact: bytes,
     reference_run: tuple[Any, Mapping[str, int], Any],
     params: list[np.ndarray],
     rtol: float,
     unstable: tuple[str, ...] = (),
 ) -> list[float]:
-    """Run CALLS calls through IREE and through JAX on the CPU; return IREE's losses.
+    """Run CALLS calls through the backend and through JAX on the CPU; return the
+    backend's losses.
 
     Parameters named in `unstable` are only checked to be finite: their gradient is
     zero in exact arithmetic (nanoGPT's attention key bias), so an update that takes
     its sign (Lion, signSGD) moves them by each compiler's own rounding noise.
     """
     corpus, config, program = reference_run
-    executor = open_executor(backend, vmfb, program, params)
+    executor = open_executor(backend, artifact, program, params)
     with on_cpu():
         jax_params, jax_opt = tuple(params), tuple(program.init_opt_state(params))
     all_losses: list[float] = []

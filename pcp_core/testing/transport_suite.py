@@ -31,14 +31,14 @@ def sample_messages() -> list[Any]:
         messages.Tensor("tokens", np.arange(7, dtype=np.int32)),
     ]
     return [
-        messages.Hello("worker-a", "cpu", "host", "3.13.0", device="cpu0", previous_index=2),
+        messages.Hello("worker-a", "cpu", "host", '{"iree": "3.13.0"}', "cpu0", previous_index=2),
         messages.Challenge(b"\x00nonce\xff"),
         messages.Proof(b"mac" * 8, b"nonce"),
         messages.Welcome(3, b"mac" * 8, 2.5),
         messages.Fetch(2, 1),
         messages.Discard(2, 1, "stale"),
         messages.Reject("no"),
-        messages.Setup("ab" * 32, '{"k": 1}', tensors),
+        messages.Setup("iree-vmfb", "ab" * 32, '{"k": 1}', tensors),
         messages.Assignment(2, 50, 1, 4, 7, tensors, attempt=1),
         messages.Result(2, 1, [1.5, 1.25], 0.5, 3.25),
         messages.Delta(2, 1, tensors),
@@ -144,7 +144,7 @@ class TransportConformance:
 
     def test_a_receiver_can_lower_the_limit(self, pair: tuple[Any, Any, Any]) -> None:
         _, server, client = pair
-        message = messages.Setup("ab", "{}", [messages.Tensor("t", np.zeros(4096, np.uint8))])
+        message = messages.Setup("k", "ab", "{}", [messages.Tensor("t", np.zeros(4096, np.uint8))])
         with ThreadPoolExecutor(1) as pool:
             sending = pool.submit(client.send, message)
             with pytest.raises(TransportError):  # FrameTooLarge, or the connection closed

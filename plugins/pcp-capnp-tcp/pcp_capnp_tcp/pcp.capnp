@@ -43,7 +43,7 @@ struct Hello {
   workerName @0 :Text;
   backend @1 :Text;
   arch @2 :Text;
-  ireeRuntimeVersion @3 :Text;
+  runtime @3 :Text;  # JSON
   device @4 :Text;
   previousIndex @5 :Int32;
 }
@@ -68,8 +68,9 @@ struct Reject {
 }
 
 struct Setup {
-  vmfbSha256 @0 :Text;
+  artifactSha256 @0 :Text;
   settingsJson @1 :Text;
+  artifactKind @2 :Text;
 }
 
 struct Assignment {

@@ -45,12 +45,12 @@ def sample_tensors() -> list[Tensor]:
 
 
 SAMPLES = {
-    Hello: Hello("w0", "cpu", "x86-64-v3", "3.13.0", device="local-task://0", previous_index=4),
+    Hello: Hello("w0", "cpu", "x86-64-v3", '{"iree": "3.13.0"}', "local-task://0", 4),
     Challenge: Challenge(nonce=bytes(range(32))),
     Proof: Proof(mac=b"\x00" * 31 + b"\xff", nonce=b"\x10" * 16),
     Welcome: Welcome(worker_index=3, mac=b"mac\x00", heartbeat_s=7.5),
     Reject: Reject("wrong secret: ünïcödé"),
-    Setup: Setup("ab" * 32, '{"batch": 8}', tensors=sample_tensors()),
+    Setup: Setup("xla-export", "ab" * 32, '{"batch": 8}', tensors=sample_tensors()),
     Assignment: Assignment(2**40, 500, 3, 8, seed=-17, tensors=sample_tensors(), attempt=2),
     Result: Result(5, 2, [3.5, 2.25, float("inf")], 12.5, norm=7.25),
     Fetch: Fetch(5, 2),

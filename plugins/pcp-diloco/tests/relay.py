@@ -62,8 +62,9 @@ def swap_program(head: bytes, payload: bytes) -> bytes:
         arrays.append((tensor.name, array.reshape(tensor.shape)))
         offset += tensor.nbytes
     program = np.frombuffer(ATTACKER_PROGRAM, np.uint8)
-    arrays = [(n, program if n == "vmfb" else a) for n, a in arrays]
-    forged = Setup(hashlib.sha256(ATTACKER_PROGRAM).hexdigest(), setup.settings_json)
+    arrays = [(n, program if n == "artifact" else a) for n, a in arrays]
+    digest = hashlib.sha256(ATTACKER_PROGRAM).hexdigest()
+    forged = Setup(setup.artifact_kind, digest, setup.settings_json)
     return frame(forged, arrays)
 
 

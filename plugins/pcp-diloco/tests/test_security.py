@@ -167,8 +167,8 @@ def test_worker_refuses_tampered_program(e2e: Any, token_file: Path, fake_shephe
     tampered = program.copy()
     tampered[2048] ^= 0x01
     announced = hashlib.sha256(program.tobytes()).hexdigest()
-    tensors = [Tensor("vmfb", tampered), Tensor("tokens", np.zeros(1000, np.uint8))]
-    conn.send(Setup(announced, json.dumps({}), tensors))
+    tensors = [Tensor("artifact", tampered), Tensor("tokens", np.zeros(1000, np.uint8))]
+    conn.send(Setup("iree-vmfb", announced, json.dumps({}), tensors))
     reply = conn.receive()
     assert isinstance(reply, Failure), reply
     assert "hash mismatch" in reply.reason and announced[:16] in reply.reason
