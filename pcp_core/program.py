@@ -39,6 +39,9 @@ class TrainProgram:
     batch_size: int
     block_size: int
     jax_step: Callable[..., Any]  # the same step jitted by XLA, for parity and benchmarks
+    # The step as a jax.export.Exported for one platform ("cpu", "cuda", ...), float32
+    # products at full precision as IREE computes them (pcp-xla ships it serialized).
+    export: Callable[[str], Any]
     init_opt_state: Callable[[list[np.ndarray]], list[np.ndarray]]
     eval_loss: Callable[[list[np.ndarray], np.ndarray, np.ndarray], float]
 
@@ -128,6 +131,12 @@ def build_train_program(
         abstract(param_specs), abstract(opt_specs), batch_spec, batch_spec
     )
 
+    def export_for(platform: str) -> Any:
+        with jax.default_matmul_precision("highest" if precision == "f32" else None):
+            return jax.export.export(jitted, platforms=(platform,))(
+                abstract(param_specs), abstract(opt_specs), batch_spec, batch_spec
+            )
+
     @jax.jit
     def init_opt(params_tuple):
         state = optimizer.init(dict(zip(names, params_tuple, strict=True)))
@@ -146,6 +155,7 @@ def build_train_program(
         batch_size=batch_size,
         block_size=block_size,
         jax_step=jitted,
+        export=export_for,
         init_opt_state=lambda params: [np.asarray(a) for a in init_opt(tuple(params))],
         eval_loss=lambda params, x, y: float(eval_step(tuple(params), x, y)),
     )

@@ -1,0 +1,211 @@
+"""The XLA runtime: build a `jax.export` artifact, check a worker's jax can run it, run it.
+
+The artifact is `TrainProgram.export(platform)` serialized (a few hundred KB for
+gpt-b32, against a few MB of VMFB). jax does not check versions when it deserializes,
+so the join does: the worker reports its platform, the calling conventions its jax
+runs and the newest StableHLO it reads; the shepherd refuses it if its own artifacts
+fall outside them. On the worker the step is `jax.jit(exported.call)` with the
+parameters and optimizer state donated, so each call writes the new state over the
+old on the device and only the losses come back.
+"""
+
+import functools
+import hashlib
+import re
+from typing import Any
+
+import numpy as np
+
+from pcp_core.backends import Artifact, Backend
+from pcp_core.compiler import CompileError
+from pcp_core.executor import DeviceError
+from pcp_core.program import TensorSpec
+
+KIND = "xla-export"
+
+
+def detect_platform(device: int = 0) -> str | None:
+    """The platform this machine's jaxlib runs on: cpu, cuda, rocm or tpu."""
+    import jax
+
+    return jax.export.default_export_platform()
+
+
+def _version(text: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in re.findall(r"\d+", text)[:3])
+
+
+@functools.cache
+def _exported_versions() -> tuple[int, tuple[int, ...]]:
+    """The calling convention and StableHLO version of what this jax exports."""
+    import jax
+
+    probe = jax.export.export(jax.jit(lambda x: x + 1))(jax.ShapeDtypeStruct((1,), np.float32))
+    found = re.search(rb"StableHLO_v([\d.]+)", probe.mlir_module_serialized)
+    return probe.calling_convention_version, _version(found.group(1).decode()) if found else ()
+
+
+def _readable_stablehlo() -> str | None:
+    """The newest StableHLO version this jax reads (None if it cannot tell)."""
+    try:
+        from jax._src.lib.mlir.dialects import hlo
+
+        return str(hlo.get_current_version())
+    except (ImportError, AttributeError):
+        return None
+
+
+def _devices() -> list[Any]:
+    import jax
+
+    try:
+        return jax.devices()
+    except RuntimeError as error:
+        raise DeviceError(f"jax found no usable device ({str(error).splitlines()[0]})") from None
+
+
+class XlaRuntime:
+    kind = KIND
+
+    def build(self, program: Any, backend: Backend, arch: str) -> Artifact:
+        try:
+            data = bytes(program.export(arch).serialize())
+        except (ValueError, NotImplementedError) as error:
+            raise CompileError(f"jax could not export the step for {arch}: {error}") from None
+        return Artifact(self.kind, data, hashlib.sha256(data).hexdigest(), backend.name, arch)
+
+    def worker_report(self, backend: Backend) -> dict[str, Any]:
+        import jax
+
+        return {
+            "jax": jax.__version__,
+            "platform": jax.export.default_export_platform(),
+            "calling_conventions": [
+                jax.export.minimum_supported_calling_convention_version,
+                jax.export.maximum_supported_calling_convention_version,
+            ],
+            "stablehlo": _readable_stablehlo(),
+        }
+
+    def refusal(self, backend: Backend, arch: str, report: dict[str, Any]) -> str | None:
+        import jax
+
+        theirs = f"this worker's jax {report.get('jax')}"
+        if report.get("platform") != arch:
+            return f"{theirs} runs on {report.get('platform')!r}, not on {arch!r}"
+        convention, stablehlo = _exported_versions()
+        lowest, highest = report.get("calling_conventions") or (None, None)
+        if not (isinstance(lowest, int) and isinstance(highest, int)):
+            return f"{theirs} did not say which calling conventions it runs"
+        if not lowest <= convention <= highest:
+            return (
+                f"the shepherd's jax {jax.__version__} exports calling convention "
+                f"{convention}; {theirs} runs {lowest}..{highest}: install jax=={jax.__version__}"
+            )
+        readable = report.get("stablehlo")
+        if readable and stablehlo > _version(str(readable)):
+            return (
+                f"the shepherd's jax {jax.__version__} writes StableHLO "
+                f"{'.'.join(map(str, stablehlo))}; {theirs} reads up to {readable}"
+            )
+        return None
+
+    def require_device(self, backend: Backend, device: int | None) -> None:
+        devices = _devices()
+        index = device or 0
+        if not 0 <= index < len(devices):
+            platform = devices[0].platform if devices else "no"
+            raise DeviceError(f"jax sees {len(devices)} {platform} device(s); no device {index}")
+
+    def describe_devices(self, backend: Backend) -> dict[str, Any]:
+        try:
+            found, note = _devices(), ""
+        except DeviceError as error:
+            found, note = [], str(error)
+        return {
+            "backend": backend.name,
+            "driver": backend.driver,
+            "available": bool(found),
+            "devices": [f"{i}: {d.device_kind}" for i, d in enumerate(found)],
+            "arch": backend.resolve_arch(),
+            "note": note,
+        }
+
+    def open(self, artifact: bytes, backend: Backend, program: Any, device: int | None) -> Any:
+        self.require_device(backend, device)
+        return XlaExecutor(artifact, program.param_specs, program.opt_specs, device)
+
+    def assert_state_stays_on_device(self, executor: Any, batches: list[Any]) -> None:
+        """Each call donates the state the last call returned (so it is written over on
+        the device, not copied), and returns only the losses, as a host array."""
+        import jax
+
+        for inputs, targets in batches:
+            before = executor.device_state()
+            assert all(isinstance(a, jax.Array) for a in before), "state not on the device"
+            losses = executor.run(inputs, targets)
+            assert isinstance(losses, np.ndarray) and losses.shape == (len(inputs),)
+            assert all(a.is_deleted() for a in before), "the state was copied, not donated"
+            after = executor.device_state()
+            assert all(a.devices() == {executor.device} for a in after), "state left the device"
+
+
+XLA = XlaRuntime()
+
+
+class XlaExecutor:
+    """A deserialized step on one jax device, holding the training state there."""
+
+    def __init__(
+        self,
+        artifact: bytes,
+        param_specs: list[TensorSpec],
+        opt_specs: list[TensorSpec],
+        device_index: int | None = None,
+    ) -> None:
+        import jax
+
+        exported = jax.export.deserialize(bytearray(artifact))
+        self.device = jax.devices()[device_index or 0]
+        self.param_specs, self.opt_specs = param_specs, opt_specs
+        self._step = jax.jit(exported.call, donate_argnums=(0, 1))
+        self._params: tuple[Any, ...] = ()
+        self._opt_state: tuple[Any, ...] = ()
+
+    def _upload(self, arrays: list[np.ndarray], specs: list[TensorSpec]) -> tuple[Any, ...]:
+        import jax
+
+        if len(arrays) != len(specs):
+            raise ValueError(f"expected {len(specs)} tensors, got {len(arrays)}")
+        uploaded = []
+        for array, spec in zip(arrays, specs, strict=True):
+            array = np.array(array, dtype=spec.dtype, order="C", copy=True)  # jax owns it
+            if array.shape != spec.shape:
+                raise ValueError(f"{spec.name}: shape {array.shape}, expected {spec.shape}")
+            uploaded.append(jax.device_put(array, self.device))
+        return tuple(uploaded)
+
+    def set_params(self, params: list[np.ndarray]) -> None:
+        """Replace the parameters on the device (the optimizer state stays)."""
+        self._params = self._upload(params, self.param_specs)
+
+    def set_opt_state(self, opt_state: list[np.ndarray]) -> None:
+        self._opt_state = self._upload(opt_state, self.opt_specs)
+
+    def run(self, inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """K inner steps over [K, batch, block] token stacks; returns the K losses."""
+        if not self._params or not self._opt_state:
+            raise RuntimeError("set_params and set_opt_state must come before run")
+        batch = np.asarray(inputs, np.int32), np.asarray(targets, np.int32)
+        self._params, self._opt_state, losses = self._step(self._params, self._opt_state, *batch)
+        return np.asarray(losses)
+
+    def device_state(self) -> list[Any]:
+        """The device-resident parameter and optimizer arrays (for inspection)."""
+        return [*self._params, *self._opt_state]
+
+    def params(self) -> list[np.ndarray]:
+        return [np.asarray(a) for a in self._params]
+
+    def opt_state(self) -> list[np.ndarray]:
+        return [np.asarray(a) for a in self._opt_state]

@@ -1,0 +1,69 @@
+"""The join check and the state check of the XLA runtime, each shown refusing."""
+
+from typing import Any
+
+import numpy as np
+import pytest
+from pcp_xla import BACKEND
+from pcp_xla.runtime import XLA, XlaExecutor, _exported_versions
+
+from pcp_core.testing.reference import BATCH, STEPS_PER_CALL, initial_params, reference
+
+
+def report(**changes: Any) -> dict[str, Any]:
+    return {**XLA.worker_report(BACKEND), **changes}
+
+
+def test_a_worker_like_the_shepherd_is_served() -> None:
+    assert XLA.refusal(BACKEND, "cpu", report()) is None
+
+
+@pytest.mark.parametrize(
+    ("changes", "arch", "refusal"),
+    [
+        ({}, "cuda", "runs on 'cpu', not on 'cuda'"),
+        ({"calling_conventions": [1, 2]}, "cpu", "exports calling convention"),
+        ({"calling_conventions": None}, "cpu", "did not say which calling conventions"),
+        ({"stablehlo": "0.9.0"}, "cpu", "reads up to 0.9.0"),
+    ],
+)
+def test_a_worker_whose_jax_cannot_run_the_artifact_is_refused(
+    changes: dict[str, Any], arch: str, refusal: str
+) -> None:
+    assert refusal in (XLA.refusal(BACKEND, arch, report(**changes)) or "")
+
+
+def test_the_artifact_is_the_exported_step_for_the_platform() -> None:
+    import jax
+
+    _, _, program = reference()
+    artifact = XLA.build(program, BACKEND, "cuda")  # no GPU needed to build for one
+    exported = jax.export.deserialize(bytearray(artifact.data))
+    assert exported.platforms == ("cuda",) and artifact.kind == "xla-export"
+    assert exported.calling_convention_version == _exported_versions()[0]
+
+
+class CopyingExecutor(XlaExecutor):
+    """Copies the state through the host before every call: what the check must catch."""
+
+    def run(self, inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        self.set_params(self.params())
+        self.set_opt_state(self.opt_state())
+        return super().run(inputs, targets)
+
+
+@pytest.mark.parametrize("executor_class", [XlaExecutor, CopyingExecutor])
+def test_the_state_check_catches_a_copying_executor(executor_class: type) -> None:
+    corpus, config, program = reference()
+    artifact = XLA.build(program, BACKEND, "cpu")
+    executor = executor_class(artifact.data, program.param_specs, program.opt_specs)
+    params = initial_params(config)
+    executor.set_params(params)
+    executor.set_opt_state(program.init_opt_state(params))
+    block = config["block_size"]
+    batches = [corpus.batches("train", STEPS_PER_CALL, BATCH, block, (0, i)) for i in range(2)]
+    if executor_class is XlaExecutor:
+        XLA.assert_state_stays_on_device(executor, batches)
+    else:
+        with pytest.raises(AssertionError, match="copied, not donated"):
+            XLA.assert_state_stays_on_device(executor, batches)
