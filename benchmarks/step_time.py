@@ -1,6 +1,8 @@
-"""IREE against jax.jit (XLA) for the same train step, side by side in one process.
+"""A PCP backend against jax.jit (XLA) for the same train step, side by side in one process.
 
-Both run the identical program (K steps of nanoGPT + AdamW per call) on the same
+The backend is an IREE one (cpu, cuda, ...) or `xla` (pcp-xla: the step exported with
+jax.export and run through PCP's executor, which should match jax.jit). Both run the
+identical program (K steps of nanoGPT + AdamW per call) on the same
 batches, at each `--precision` (see pcp_core/precision.py); the figure is the median
 time per step, and the final losses and parameters of the two are compared. XLA runs
 on JAX's default device: the CPU on a CPU machine, the GPU where JAX has one; on a GPU
@@ -10,6 +12,7 @@ benchmarks/results/step_time[_BACKEND].json and .md.
     python benchmarks/step_time.py                     # CPU: default + shakespeare-char
     python benchmarks/step_time.py --quick             # CPU: default model only
     python benchmarks/step_time.py --backend cuda --sizes gpt-b32 --precision f32 bf16
+    python benchmarks/step_time.py --backend xla --sizes gpt-b32 --precision f32 bf16
 
 A GPU machine without the IREE compiler runs modules compiled elsewhere:
 
@@ -35,7 +38,6 @@ import numpy as np
 from pcp_core import data, nanogpt, plugins
 from pcp_core.backends import Backend
 from pcp_core.compiler import compile_program
-from pcp_core.executor import IreeExecutor
 from pcp_core.malloc import retaining_env
 from pcp_core.optimizers import InnerSettings
 from pcp_core.precision import PRECISIONS
@@ -123,11 +125,10 @@ def measure(
     config, program = build(size, corpus, precision, k)
     arch = backend.resolve_arch()
     if vmfb_dir:
-        vmfb = module_path(vmfb_dir, name, precision, backend, k).read_bytes()
+        artifact = module_path(vmfb_dir, name, precision, backend, k).read_bytes()
     else:
-        vmfb = compile_program(program.stablehlo, backend, arch).vmfb
-    specs = program.param_specs, program.opt_specs
-    executor = IreeExecutor(vmfb, backend.driver, *specs, runtime_flags=backend.runtime_flags)
+        artifact = backend.runner().build(program, backend, arch).data
+    executor = backend.runner().open(artifact, backend, program, None)
     params = list(nanogpt.init(config, 0).values())
     opt_state = program.init_opt_state(params)
     executor.set_params(params)
@@ -136,31 +137,33 @@ def measure(
         corpus.batches("train", k, batch, config["block_size"], (0, c)) for c in range(calls + 1)
     ]
 
-    iree_times = []
+    backend_times = []
     for call, (x, y) in enumerate(batches):  # call 0 warms up
         started = time.perf_counter()
-        iree_loss = executor.run(x, y)
+        backend_loss = executor.run(x, y)
         if call:
-            iree_times.append((time.perf_counter() - started) / k)
+            backend_times.append((time.perf_counter() - started) / k)
     on_gpu = jax.default_backend() != "cpu"
     full_f32 = jax.default_matmul_precision("highest" if precision == "f32" else None)
     start = (tuple(params), tuple(opt_state))
     jax_times, ((jax_params, _), jax_loss) = timed_steps(
         program.jax_step, start, batches, k, full_f32
     )
-    iree_ms, jax_ms = statistics.median(iree_times) * 1e3, statistics.median(jax_times) * 1e3
+    ours_ms, jax_ms = statistics.median(backend_times) * 1e3, statistics.median(jax_times) * 1e3
     row = {
         "size": name,
         "precision": precision,
-        "compile_flags": backend.compile_flags(arch),
+        "backend": backend.name,
+        "arch": arch,
+        "compile_flags": backend.compile_flags(arch) if backend.runtime is None else [],
         "model": config,
         "batch_size": batch,
         "steps_per_call": k,
         "parameters": int(sum(p.size for p in params)),
-        "iree_ms_per_step": round(iree_ms, 2),
+        "backend_ms_per_step": round(ours_ms, 2),
         "jax_ms_per_step": round(jax_ms, 2),
-        "xla_over_iree": round(jax_ms / iree_ms, 3),
-        "final_loss_iree": float(iree_loss[-1]),
+        "xla_over_backend": round(jax_ms / ours_ms, 3),
+        "final_loss_backend": float(backend_loss[-1]),
         "final_loss_jax": float(jax_loss[-1]),
         "params_relative_difference": relative_difference(executor.params(), jax_params),
     }
@@ -187,7 +190,7 @@ def retain_freed_memory() -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="only the default model")
-    parser.add_argument("--backend", default="cpu", help="PCP backend for the IREE side")
+    parser.add_argument("--backend", default="cpu", help="the PCP backend to time (IREE or xla)")
     parser.add_argument(
         "--sizes", nargs="+", choices=list(SIZES), default=["default", "shakespeare-char"]
     )
@@ -238,16 +241,17 @@ def write_results(results: Path, backend: str, rows: list[dict]) -> None:
     (results / f"{stem}.json").write_text(json.dumps({"machine": machine, "rows": rows}, indent=2))
     tf32 = any("jax_tf32_ms_per_step" in r for r in rows)
     lines = [
-        f"IREE {backend} against XLA on {machine['xla_device']}, ms per step (median)\n",
-        f"| size | precision | params | batch | IREE | XLA | XLA/IREE |"
-        f"{' XLA TF32 |' if tf32 else ''} loss IREE / XLA | params rel. diff |",
+        f"PCP's {backend} backend against jax.jit (XLA) on {machine['xla_device']}, "
+        "ms per step (median)\n",
+        f"| size | precision | params | batch | {backend} | jax.jit | jax.jit/{backend} |"
+        f"{' jax.jit TF32 |' if tf32 else ''} loss {backend} / jax.jit | params rel. diff |",
         f"|---|---|---|---|---|---|---|{'---|' if tf32 else ''}---|---|",
     ]
     lines += [
         f"| {r['size']} | {r['precision']} | {r['parameters']:,} | {r['batch_size']} "
-        f"| {r['iree_ms_per_step']} | {r['jax_ms_per_step']} | {r['xla_over_iree']} |"
+        f"| {r['backend_ms_per_step']} | {r['jax_ms_per_step']} | {r['xla_over_backend']} |"
         + (f" {r.get('jax_tf32_ms_per_step', '')} |" if tf32 else "")
-        + f" {r['final_loss_iree']:.4f} / {r['final_loss_jax']:.4f} "
+        + f" {r['final_loss_backend']:.4f} / {r['final_loss_jax']:.4f} "
         f"| {r['params_relative_difference']:.1e} |"
         for r in rows
     ]
