@@ -2,7 +2,7 @@
 
 nox -l                   # every session, the combination matrix included
 nox -t cpu               # one slice: the CPU environment and its combinations (or vulkan,
-                         #   cuda, rocm, metal, matrix, plugins, authoring, install)
+                         #   cuda, rocm, metal, xla, matrix, plugins, authoring, install)
 nox -s lint tests        # the quick pair for iterating
 nox -s "plugin(pcp-adamw)"
 
@@ -14,7 +14,7 @@ nox -s "plugin(pcp-adamw)"
   packages (never the source tree on sys.path), then one session per combination of
   algorithm x inner optimizer x outer optimizer x transport: compile for the backend,
   then train where the device exists; elsewhere the session is reported as skipped,
-  with the reason. CPU and Vulkan (lavapipe) must train under CI.
+  with the reason. CPU, Vulkan (lavapipe) and XLA (on the CPU jaxlib) must train under CI.
 - scaffold: `pcp plugin new` for every kind; each package installs and passes its tests.
 - dist, install: wheels and sdists checked; from dist/ with pip, the commands users type.
 """
@@ -54,8 +54,9 @@ BACKENDS = {
     "cuda": "pcp-iree-cuda",
     "rocm": "pcp-iree-rocm",
     "metal": "pcp-iree-metal",
+    "xla": "pcp-xla",
 }
-TRAINS_IN_CI = {"cpu", "vulkan"}  # lavapipe runs Vulkan on CI's CPU
+TRAINS_IN_CI = {"cpu", "vulkan", "xla"}  # lavapipe runs Vulkan on CI's CPU; xla on its jaxlib
 ALGORITHMS = {"local": False, "diloco": True}  # name -> distributed (outer step, transport)
 INNER = ["adamw", "lion"]
 OUTER = ["nesterov"]
