@@ -1,6 +1,7 @@
 """What every distributed algorithm's shepherd side shares: the secret policy, the
 listener, and the local workers of the one-command form (`pcp train --workers N`)."""
 
+import collections
 import contextlib
 import errno
 import os
@@ -105,19 +106,43 @@ def generated_secret(run_dir: Path, announce: bool) -> bytes:
     return secret
 
 
+def local_devices(config: RunConfig, plugins: Any) -> list[int | None]:
+    """The device index of each local worker: --device for all of them when given, else
+    the workers of one backend take its devices in turn, so two cuda workers on a
+    machine with two GPUs get one each."""
+    backends = config.local_worker_backends()
+    if config.device is not None:
+        return [config.device] * len(backends)
+    counts: dict[str, int] = {}
+    for name in {b for b in backends if backends.count(b) > 1}:
+        backend = plugins.backend(name)
+        counts[name] = max(1, len(backend.runner().describe_devices(backend)["devices"]))
+    taken: collections.Counter[str] = collections.Counter()
+    devices: list[int | None] = []
+    for name in backends:
+        devices.append(taken[name] % counts[name] if name in counts else None)
+        taken[name] += 1
+    return devices
+
+
 def worker_command(
-    config: RunConfig, address: tuple[str, int], backend: str, state_dir: Path
+    config: RunConfig,
+    address: tuple[str, int],
+    backend: str,
+    state_dir: Path,
+    device: int | None = None,
 ) -> list[str]:
     """The command line of one local worker (supervised by this process, so no restarts).
 
-    --device goes to every local worker, whatever its backend, as the run checked it
-    for each before starting them; --target only to those of the run's backend."""
+    `device` (see `local_devices`) goes to the worker whatever its backend, as the run
+    checked --device for each before starting them; --target only to those of the run's
+    backend."""
     connect = f"{address[0]}:{address[1]}"
     command = [sys.executable, "-m", "pcp_core", "worker", "--connect", connect]
     command += ["--backend", backend, "--transport", config.transport, "--restarts", "0"]
     command += ["--timeout", str(config.worker_timeout), "--state-dir", str(state_dir)]
-    if config.device is not None:
-        command += ["--device", str(config.device)]
+    if device is not None:
+        command += ["--device", str(device)]
     if config.target and backend == config.backend:
         command += ["--target", config.target]
     if config.tls_ca:
@@ -166,9 +191,10 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: dict[str, Any]) ->
     workers: contextlib.AbstractContextManager = contextlib.nullcontext()
     if ctx.local_workers:
         env = {**retaining_env(), auth.TOKEN_ENV: secret.decode()}
+        backends, devices = config.local_worker_backends(), local_devices(config, ctx.plugins)
         commands = [
-            worker_command(config, listener.address, backend, ctx.run_dir / f"worker-{i}")
-            for i, backend in enumerate(config.local_worker_backends())
+            worker_command(config, listener.address, backend, ctx.run_dir / f"worker-{i}", device)
+            for i, (backend, device) in enumerate(zip(backends, devices, strict=True))
         ]
         workers = LocalWorkers(commands, env, Path(ctx.run_dir))
     try:

@@ -2,6 +2,7 @@
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -106,3 +107,32 @@ def test_a_worker_detects_its_own_device(
         assert "detects one architecture for all its devices" in result.stderr
     else:
         assert "detect_arch was asked about device 3" in result.stderr
+
+
+class CountingRuntime:
+    """A runtime that reports `count` devices."""
+
+    def __init__(self, count: int) -> None:
+        self.count = count
+
+    def describe_devices(self, backend: Any) -> dict[str, Any]:
+        return {"devices": [f"{i}: gpu" for i in range(self.count)]}
+
+
+def test_local_workers_of_one_backend_take_its_devices_in_turn() -> None:
+    from types import SimpleNamespace
+
+    from pcp_core.config import RunConfig
+    from pcp_core.distributed import local_devices
+
+    backends = {
+        name: Backend(name, "t", "d", "a", runtime=CountingRuntime(count))  # type: ignore[arg-type]
+        for name, count in (("gpu2", 2), ("one", 1))
+    }
+    plugins = SimpleNamespace(backend=backends.__getitem__)
+    config = RunConfig(worker_backends="gpu2,one,gpu2,gpu2,one").validate()
+    assert local_devices(config, plugins) == [0, 0, 1, 0, 0]
+    config = RunConfig(worker_backends="gpu2,one").validate()
+    assert local_devices(config, plugins) == [None, None]  # one each: nothing to spread
+    config = RunConfig(worker_backends="gpu2,gpu2", device=1).validate()
+    assert local_devices(config, plugins) == [1, 1]
