@@ -32,7 +32,7 @@ from pcp_core.backends import Artifact, Backend
 from pcp_core.channel import SealedConnection, session_keys
 from pcp_core.compiler import CompileError
 from pcp_core.liveness import LiveConnection
-from pcp_core.messages import Challenge, Hello, Proof, Reject, Setup, Tensor, Welcome
+from pcp_core.messages import Challenge, Hello, Proof, Ready, Reject, Setup, Tensor, Welcome
 from pcp_core.registry import UnknownNameError
 from pcp_core.training import TrainingSetup
 from pcp_core.transport import Connection, Listener, TransportError
@@ -191,6 +191,13 @@ class Admission:
             artifact = self.program_for(backend, hello.arch)
             link = WorkerLink(index, live, hello)
             self._send_setup(link, artifact)
+            loaded = live.receive()  # loading may take a while (XLA compiles): heartbeats
+            if not isinstance(loaded, Ready):
+                reason = getattr(loaded, "reason", f"it sent {type(loaded).__name__}")
+                log.warning("worker could not load the program", worker=link.label, reason=reason)
+                self.release_index(index)
+                live.close()
+                return None
         except CompileError as error:
             self.release_index(index)
             self._refuse(live, f"the shepherd cannot compile for this worker: {error}")

@@ -5,7 +5,8 @@ array, including the VMFB and the token stream, is a `Tensor` that travels as ra
 little-endian bytes after the metadata.
 
 A session: worker → Hello; shepherd → Challenge; worker → Proof; shepherd → Welcome
-(or Reject); shepherd → Setup (program, data, optimizer state); then per round
+(or Reject); shepherd → Setup (program, data, optimizer state); worker → Ready once the
+program is loaded (or Failure); then per round
 shepherd → Assignment (global params), worker → Result (losses and the pseudo-gradient's
 norm, no tensors), shepherd → Fetch (or Discard), worker → Delta (the pseudo-gradient);
 finally shepherd → Stop. After the Welcome both sides send a Heartbeat every
@@ -68,6 +69,12 @@ class Setup:
     artifact_sha256: str
     settings_json: str  # run settings (batch, block, steps per call, specs): small metadata
     tensors: list[Tensor] = field(default_factory=list)  # "artifact", "tokens", opt state
+
+
+@dataclass
+class Ready:
+    """The worker loaded the Setup's program (compiled it, where its runtime compiles)
+    and can take rounds: the shepherd counts it in a round only from now on."""
 
 
 @dataclass
@@ -147,6 +154,7 @@ Message = (
     | Welcome
     | Reject
     | Setup
+    | Ready
     | Assignment
     | Result
     | Fetch
@@ -173,6 +181,7 @@ MESSAGE_TYPES: tuple[type, ...] = (
     Delta,
     Heartbeat,
     Seal,
+    Ready,
 )
 
 

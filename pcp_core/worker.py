@@ -37,6 +37,7 @@ from pcp_core.messages import (
     Fetch,
     Hello,
     Proof,
+    Ready,
     Reject,
     Result,
     Setup,
@@ -238,6 +239,7 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         except JoinRefused as error:
             conn.send(Failure(str(error)))
             raise
+        conn.send(Ready())
         session = WorkerSession(welcome.worker_index, executor, corpus, settings)
         worker_round: WorkerRound = plugins.algorithm(settings["algorithm"]).worker_round
         serve(conn, session, worker_round, InnerState(session, store, settings["run_id"]))

@@ -44,6 +44,7 @@ def sample_messages() -> list[Any]:
         messages.Delta(2, 1, tensors),
         messages.Heartbeat(),
         messages.Seal(b"\x01seal" * 6),
+        messages.Ready(),
         messages.Stop("done"),
         messages.Failure("it broke"),
     ]

@@ -28,6 +28,7 @@ struct Frame {
     delta @14 :Delta;
     heartbeat @15 :Heartbeat;
     seal @16 :Seal;
+    ready @17 :Ready;
   }
   tensors @11 :List(TensorHeader);
 }
@@ -107,6 +108,8 @@ struct Delta {
 }
 
 struct Heartbeat {}
+
+struct Ready {}
 
 struct Seal {
   mac @0 :Data;

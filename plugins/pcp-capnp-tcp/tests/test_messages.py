@@ -20,6 +20,7 @@ from pcp_core.messages import (
     Hello,
     Proof,
     Reject,
+    Ready,
     Result,
     Seal,
     Setup,
@@ -58,6 +59,7 @@ SAMPLES = {
     Delta: Delta(5, 2, tensors=sample_tensors()),
     Heartbeat: Heartbeat(),
     Seal: Seal(b"\x00seal\xff" * 4),
+    Ready: Ready(),
     Stop: Stop(),
     Failure: Failure("out of device memory"),
 }

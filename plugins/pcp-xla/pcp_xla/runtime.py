@@ -168,7 +168,13 @@ class XlaExecutor:
         exported = jax.export.deserialize(bytearray(artifact))
         self.device = jax.devices()[device_index or 0]
         self.param_specs, self.opt_specs = param_specs, opt_specs
-        self._step = jax.jit(exported.call, donate_argnums=(0, 1))
+        # Compiled now, while the worker loads (XLA takes seconds to a minute, autotuning
+        # on a GPU), not in its first round, where the round's deadline is counting.
+        placed = jax.sharding.SingleDeviceSharding(self.device)
+        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=placed) for a in exported.in_avals]
+        args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, avals)
+        step = jax.jit(exported.call, donate_argnums=(0, 1))
+        self._step = step.lower(*args, **kwargs).compile()
         self._params: tuple[Any, ...] = ()
         self._opt_state: tuple[Any, ...] = ()
 
@@ -194,9 +200,11 @@ class XlaExecutor:
 
     def run(self, inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """K inner steps over [K, batch, block] token stacks; returns the K losses."""
+        import jax
+
         if not self._params or not self._opt_state:
             raise RuntimeError("set_params and set_opt_state must come before run")
-        batch = np.asarray(inputs, np.int32), np.asarray(targets, np.int32)
+        batch = [jax.device_put(np.asarray(b, np.int32), self.device) for b in (inputs, targets)]
         self._params, self._opt_state, losses = self._step(self._params, self._opt_state, *batch)
         return np.asarray(losses)
 

@@ -9,28 +9,31 @@ from pcp_xla.runtime import XLA, XlaExecutor, _exported_versions
 
 from pcp_core.testing.reference import BATCH, STEPS_PER_CALL, initial_params, reference
 
+PLATFORM = BACKEND.resolve_arch()  # this machine's: cpu here, cuda on an NVIDIA GPU
+OTHER = "tpu" if PLATFORM != "tpu" else "cpu"
+
 
 def report(**changes: Any) -> dict[str, Any]:
     return {**XLA.worker_report(BACKEND), **changes}
 
 
 def test_a_worker_like_the_shepherd_is_served() -> None:
-    assert XLA.refusal(BACKEND, "cpu", report()) is None
+    assert XLA.refusal(BACKEND, PLATFORM, report()) is None
 
 
 @pytest.mark.parametrize(
-    ("changes", "arch", "refusal"),
+    ("changes", "refusal"),
     [
-        ({}, "cuda", "runs on 'cpu', not on 'cuda'"),
-        ({"calling_conventions": [1, 2]}, "cpu", "exports calling convention"),
-        ({"calling_conventions": None}, "cpu", "did not say which calling conventions"),
-        ({"stablehlo": "0.9.0"}, "cpu", "reads up to 0.9.0"),
+        ({"platform": OTHER}, f"runs on {OTHER!r}, not on {PLATFORM!r}"),
+        ({"calling_conventions": [1, 2]}, "exports calling convention"),
+        ({"calling_conventions": None}, "did not say which calling conventions"),
+        ({"stablehlo": "0.9.0"}, "reads up to 0.9.0"),
     ],
 )
 def test_a_worker_whose_jax_cannot_run_the_artifact_is_refused(
-    changes: dict[str, Any], arch: str, refusal: str
+    changes: dict[str, Any], refusal: str
 ) -> None:
-    assert refusal in (XLA.refusal(BACKEND, arch, report(**changes)) or "")
+    assert refusal in (XLA.refusal(BACKEND, PLATFORM, report(**changes)) or "")
 
 
 def test_the_artifact_is_the_exported_step_for_the_platform() -> None:
@@ -55,7 +58,7 @@ class CopyingExecutor(XlaExecutor):
 @pytest.mark.parametrize("executor_class", [XlaExecutor, CopyingExecutor])
 def test_the_state_check_catches_a_copying_executor(executor_class: type) -> None:
     corpus, config, program = reference()
-    artifact = XLA.build(program, BACKEND, "cpu")
+    artifact = XLA.build(program, BACKEND, PLATFORM)
     executor = executor_class(artifact.data, program.param_specs, program.opt_specs)
     params = initial_params(config)
     executor.set_params(params)
