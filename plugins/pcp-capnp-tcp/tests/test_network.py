@@ -1,5 +1,6 @@
 """Listening, connecting (with retries), accept timeouts and TLS."""
 
+import contextlib
 import socket
 import threading
 import time
@@ -125,3 +126,34 @@ def test_an_idle_tls_client_holds_up_no_one(tls_dir, transfer) -> None:
     finally:
         idle.close()
         listener.close()
+
+
+def test_a_failed_tls_handshake_is_one_line_in_the_shepherds_log(tls_dir) -> None:
+    """A client that does not speak TLS costs the shepherd one warning, no traceback (the
+    handshake used to fail in `accept`, logged with its whole stack)."""
+    from types import SimpleNamespace
+
+    from structlog.testing import capture_logs
+
+    from pcp_core.admission import Admission
+
+    listener = listen("127.0.0.1", 0, mutual_tls(tls_dir, "a"))
+    admission = Admission(SimpleNamespace(), listener, b"secret", None, {}, 1.0)  # type: ignore[arg-type]
+    with capture_logs() as logs:
+        admission.start()
+        try:
+            with socket.create_connection(listener.address) as raw:
+                raw.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
+                raw.settimeout(10)
+                with contextlib.suppress(OSError):
+                    raw.recv(1)  # the shepherd closes it
+            deadline = time.monotonic() + 10
+            while not any(r["event"] == "join failed" for r in logs):
+                assert time.monotonic() < deadline, logs
+                time.sleep(0.05)
+        finally:
+            admission.closing.set()
+            listener.close()
+    failed = [r for r in logs if r["event"] == "join failed"]
+    assert len(failed) == 1 and "TLS handshake" in failed[0]["error"], logs
+    assert not any("exc_info" in r or r["log_level"] == "error" for r in logs), logs
