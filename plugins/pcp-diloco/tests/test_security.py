@@ -299,12 +299,14 @@ def test_a_flood_of_idle_and_dripping_connections(
             *("worker", "--connect", address, "--backend", "cpu"),
             *("--token-file", str(token_file), "--restarts", "0"),
         )
+        started = time.monotonic()
         for step in range(40, 6000):
             drip(step)
             if "joined" in worker.err() or worker.process.poll() is not None:
                 break
             time.sleep(0.05)
         assert "joined" in worker.err(), worker.output()[-3000:]
+        print(f"the worker joined {time.monotonic() - started:.1f} s after it started")
     finally:
         for sock in idle + dripping:
             sock.close()
