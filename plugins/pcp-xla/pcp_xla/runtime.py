@@ -22,6 +22,7 @@ from pcp_core.executor import DeviceError
 from pcp_core.program import TensorSpec
 
 KIND = "xla-export"
+PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # what jax.export lowers for
 
 
 def detect_platform(device: int = 0) -> str | None:
@@ -68,6 +69,10 @@ class XlaRuntime:
     kind = KIND
 
     def build(self, program: Any, backend: Backend, arch: str) -> Artifact:
+        if arch not in PLATFORMS:
+            raise CompileError(
+                f"xla builds for a jaxlib platform ({', '.join(PLATFORMS)}), not {arch!r}"
+            )
         try:
             data = bytes(program.export(arch).serialize())
         except (ValueError, NotImplementedError) as error:
@@ -167,6 +172,12 @@ class XlaExecutor:
 
         exported = jax.export.deserialize(bytearray(artifact))
         self.device = jax.devices()[device_index or 0]
+        here = jax.export.default_export_platform()
+        if here not in exported.platforms:
+            raise DeviceError(
+                f"this program was built for {', '.join(exported.platforms)}, "
+                f"but this jaxlib runs on {here}: leave --target out, or set it to {here}"
+            )
         self.param_specs, self.opt_specs = param_specs, opt_specs
         # Compiled now, while the worker loads (XLA takes seconds to a minute, autotuning
         # on a GPU), not in its first round, where the round's deadline is counting.

@@ -70,3 +70,15 @@ def test_the_state_check_catches_a_copying_executor(executor_class: type) -> Non
     else:
         with pytest.raises(AssertionError, match="copied, not donated"):
             XLA.assert_state_stays_on_device(executor, batches)
+
+
+def test_an_unknown_platform_or_another_machines_artifact_is_one_line() -> None:
+    from pcp_core.compiler import CompileError
+    from pcp_core.executor import DeviceError
+
+    _, _, program = reference()
+    with pytest.raises(CompileError, match="not 'bogus'"):
+        XLA.build(program, BACKEND, "bogus")
+    artifact = XLA.build(program, BACKEND, OTHER)
+    with pytest.raises(DeviceError, match=f"built for {OTHER}, but this jaxlib runs on"):
+        XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
