@@ -13,6 +13,7 @@ FIRST_PARTY: dict[tuple[str, str], str] = {
     ("backend", "rocm"): "pcp-iree-rocm",
     ("backend", "metal"): "pcp-iree-metal",
     ("backend", "vulkan"): "pcp-iree-vulkan",
+    ("backend", "xla"): "pcp-xla",
     ("optimizer", "adamw"): "pcp-adamw",
     ("optimizer", "nesterov"): "pcp-nesterov",
     ("algorithm", "diloco"): "pcp-diloco",
