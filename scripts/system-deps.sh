@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # System packages the tests use: a Vulkan loader and Mesa's lavapipe, so the Vulkan
 # backend trains for real on a machine without a GPU; iproute2 (`ip`, `tc`), so the
-# DiLoCo fault tests put the shepherd and workers on network namespaces of their own
-# (netem, which they use to slow links, is the kernel's: no package brings it). Without
+# DiLoCo fault tests put the shepherd and workers on network namespaces of their own;
+# nftables (`nft`), with which they drop packets on a link (tc's tbf slows it). Without
 # them (no apt-get, not root) those tests skip with the reason, except under CI (CI
 # set), where this script fails instead.
 set -euo pipefail
