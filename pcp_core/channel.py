@@ -34,6 +34,7 @@ from pcp_core.transport import (
 log = structlog.get_logger(__name__)
 
 KEY_LABEL = b"pcp session key v1 "
+SEAL_FRAME_BYTES = 4096  # a Seal's frame is about a hundred bytes
 
 
 class TamperedMessage(TransportError):
@@ -127,9 +128,6 @@ class SealedConnection:
 
     def close(self) -> None:
         self.conn.close()
-
-
-SEAL_FRAME_BYTES = 4096  # a Seal's frame is about a hundred bytes
 
 
 class _HeldSink:
