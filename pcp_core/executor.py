@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.program import ENTRY_FUNCTION, TensorSpec
+from pcp_core.program import ENTRY_FUNCTION, TensorSpec, conforming
 
 log = structlog.get_logger(__name__)
 
@@ -180,15 +180,7 @@ class IreeExecutor:
         return self.config.device
 
     def _upload(self, arrays: list[np.ndarray], specs: list[TensorSpec]) -> list[Any]:
-        if len(arrays) != len(specs):
-            raise ValueError(f"expected {len(specs)} tensors, got {len(arrays)}")
-        uploaded = []
-        for array, spec in zip(arrays, specs, strict=True):
-            array = np.asarray(array, dtype=spec.dtype, order="C")
-            if array.shape != spec.shape:
-                raise ValueError(f"{spec.name}: shape {array.shape}, expected {spec.shape}")
-            uploaded.append(self._rt.asdevicearray(self.device, array))
-        return uploaded
+        return [self._rt.asdevicearray(self.device, a) for a in conforming(arrays, specs)]
 
     def set_params(self, params: list[np.ndarray]) -> None:
         """Replace the parameters on the device (the optimizer state stays)."""

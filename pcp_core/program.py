@@ -28,6 +28,21 @@ class TensorSpec:
         return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
 
 
+def conforming(arrays: list[Any], specs: list[TensorSpec]) -> list[np.ndarray]:
+    """`arrays` as C-contiguous arrays of their specs' dtypes; ValueError naming the
+    tensor if there are too few or too many, or one has another shape. What every
+    executor checks before it puts state on its device."""
+    if len(arrays) != len(specs):
+        raise ValueError(f"expected {len(specs)} tensors, got {len(arrays)}")
+    checked = []
+    for array, spec in zip(arrays, specs, strict=True):
+        array = np.asarray(array, dtype=spec.dtype, order="C")
+        if array.shape != spec.shape:
+            raise ValueError(f"{spec.name}: shape {array.shape}, expected {spec.shape}")
+        checked.append(array)
+    return checked
+
+
 @dataclass
 class TrainProgram:
     """The exported program plus what callers need to feed it."""

@@ -113,6 +113,21 @@ class E2E:
             pytest.fail(f"pcp {' '.join(args)} ran over {timeout} s:\n{handle.output()[-3000:]}")
         return handle
 
+    def shepherd(self, *args: str) -> tuple[Started, str]:
+        """`pcp shepherd ARGS` on a free port of 127.0.0.1, once it listens, and its
+        address (workers connecting to it are ended with the test)."""
+        port = self.free_port()
+        address = f"127.0.0.1:{port}"
+        self.own(address)
+        handle = self.pcp("shepherd", "shepherd", "--port", str(port), *args)
+        self.wait_for(
+            lambda: self.listening_port(handle) or handle.process.poll() is not None,
+            120,
+            "the shepherd to listen",
+        )
+        assert self.listening_port(handle) == port, handle.output()
+        return handle, address
+
     def own(self, address: str) -> None:
         """Workers connecting to `address` were started by this test: end them at the end."""
         self.addresses.append(address)

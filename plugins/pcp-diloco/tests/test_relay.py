@@ -17,21 +17,14 @@ RELAY = Path(__file__).with_name("relay.py")
 def start_run(e2e: Any, token_file: Path, tmp_path: Path, tiny: tuple[str, ...], mode: str):
     """A shepherd for one worker, a relay in `mode` in front of it, and a worker
     (unsupervised) that connects through the relay."""
-    port, relay_port = e2e.free_port(), e2e.free_port()
-    e2e.own(f"127.0.0.1:{relay_port}")
-    shepherd = e2e.pcp(
-        "shepherd",
-        "shepherd",
-        *("--backend", "cpu", "--workers", "1", "--port", str(port), "--join-timeout", "20"),
+    shepherd, address = e2e.shepherd(
+        *("--backend", "cpu", "--workers", "1", "--join-timeout", "20"),
         *("--steps", "20", "--inner-steps", "10", "--eval-every", "0"),
         *("--token-file", str(token_file), "--out", str(tmp_path / "run"), *tiny),
     )
-    e2e.wait_for(
-        lambda: e2e.listening_port(shepherd) or shepherd.process.poll() is not None,
-        120,
-        "the shepherd to listen",
-    )
-    relay = e2e.start("relay", [sys.executable, str(RELAY), str(relay_port), str(port), mode])
+    relay_port, port = e2e.free_port(), address.rpartition(":")[2]
+    e2e.own(f"127.0.0.1:{relay_port}")
+    relay = e2e.start("relay", [sys.executable, str(RELAY), str(relay_port), port, mode])
     e2e.wait_for(lambda: "relay listening" in relay.stdout.read_text(), 30, "the relay")
     worker = e2e.pcp(
         "worker",

@@ -56,24 +56,13 @@ def test_three_workers_join_a_shepherd(
     e2e: Any, tiny: tuple[str, ...], token_file: Path, tmp_path: Path
 ) -> None:
     """`pcp shepherd` waits for three separately started `pcp worker`s; all take part."""
-    port = e2e.free_port()
-    address = f"127.0.0.1:{port}"
-    e2e.own(address)
     out = tmp_path / "run"
-    shepherd = e2e.pcp(
-        "shepherd",
-        "shepherd",
+    shepherd, address = e2e.shepherd(
         *RUN,
-        *("--workers", "3", "--port", str(port), "--token-file", str(token_file)),
+        *("--workers", "3", "--token-file", str(token_file)),
         *("--eval-every", "0", "--out", str(out)),
         *tiny,
     )
-    e2e.wait_for(
-        lambda: e2e.listening_port(shepherd) or shepherd.process.poll() is not None,
-        120,
-        "the shepherd to listen",
-    )
-    assert e2e.listening_port(shepherd) == port, shepherd.output()
     token = ("--token-file", str(token_file), "--restarts", "0")
     workers = [
         e2e.pcp(f"worker-{i}", "worker", "--connect", address, "--backend", "cpu", *token)

@@ -69,23 +69,12 @@ def test_shepherd_rejects_bad_peers_then_runs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Each bad peer is refused and cut off; good workers joining afterwards finish the run."""
-    port = e2e.free_port()
-    address = f"127.0.0.1:{port}"
-    e2e.own(address)
     out = tmp_path / "run"
     run = ("--steps", "60", "--inner-steps", "10", "--eval-every", "0", "--out", str(out))
-    shepherd = e2e.pcp(
-        "shepherd",
-        "shepherd",
-        *("--backend", "cpu", "--workers", "2", "--port", str(port)),
-        *("--token-file", str(token_file), *run, *tiny),
+    shepherd, address = e2e.shepherd(
+        *("--backend", "cpu", "--workers", "2"), *("--token-file", str(token_file), *run, *tiny)
     )
-    e2e.wait_for(
-        lambda: e2e.listening_port(shepherd) or shepherd.process.poll() is not None,
-        120,
-        "the shepherd to listen",
-    )
-    assert e2e.listening_port(shepherd) == port, shepherd.output()
+    port = int(address.rpartition(":")[2])
     worker_args = ("worker", "--connect", address, "--backend", "cpu", "--restarts", "0")
 
     # (a) a worker with another secret
@@ -261,21 +250,12 @@ def test_a_flood_of_idle_and_dripping_connections(
     open while a real worker joins: the shepherd's memory stays within the bound, the
     worker gets in and the run finishes. (Before the pre-join limits, each connection
     announcing a large header made the shepherd allocate it: 64 MiB apiece.)"""
-    port = e2e.free_port()
-    address = f"127.0.0.1:{port}"
-    e2e.own(address)
-    shepherd = e2e.pcp(
-        "shepherd",
-        "shepherd",
-        *("--backend", "cpu", "--workers", "1", "--port", str(port)),
+    shepherd, address = e2e.shepherd(
+        *("--backend", "cpu", "--workers", "1"),
         *("--steps", "20", "--inner-steps", "10", "--eval-every", "0"),
         *("--token-file", str(token_file), "--out", str(tmp_path / "run"), *tiny),
     )
-    e2e.wait_for(
-        lambda: e2e.listening_port(shepherd) or shepherd.process.poll() is not None,
-        120,
-        "the shepherd to listen",
-    )
+    port = int(address.rpartition(":")[2])
     before = resident_bytes(shepherd.pid)
     # half drip a Hello, half a frame whose prefix announces a 60 MiB header
     frames = [hello_frame(PROTOCOL_VERSION, monkeypatch), PREFIX.pack(MAGIC, 60 * 2**20, 0)]
@@ -321,19 +301,14 @@ def test_a_flood_of_idle_and_dripping_connections(
 def test_a_worker_the_shepherd_does_not_serve_is_told_why(
     e2e: Any, tiny: tuple[str, ...], token_file: Path, tmp_path: Path
 ) -> None:
-    port = e2e.free_port()
-    e2e.own(f"127.0.0.1:{port}")
-    shepherd = e2e.pcp(
-        "shepherd",
-        "shepherd",
-        *("--backend", "cpu", "--workers", "1", "--port", str(port), "--serve", "cuda:sm_80"),
+    shepherd, address = e2e.shepherd(
+        *("--backend", "cpu", "--workers", "1", "--serve", "cuda:sm_80"),
         *("--join-timeout", "30", "--token-file", str(token_file)),
         *("--out", str(tmp_path / "run"), *tiny),
     )
-    e2e.wait_for(lambda: e2e.listening_port(shepherd), 120, "the shepherd to listen")
     worker = e2e.pcp(
         "worker",
-        *("worker", "--connect", f"127.0.0.1:{port}", "--backend", "cpu", "--restarts", "0"),
+        *("worker", "--connect", address, "--backend", "cpu", "--restarts", "0"),
         *("--token-file", str(token_file)),
     )
     assert worker.wait(120) == EXIT_REFUSED, worker.output()

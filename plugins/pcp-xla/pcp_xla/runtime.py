@@ -19,7 +19,7 @@ import numpy as np
 from pcp_core.backends import Artifact, Backend
 from pcp_core.compiler import CompileError
 from pcp_core.executor import DeviceError
-from pcp_core.program import TensorSpec
+from pcp_core.program import TensorSpec, conforming
 
 KIND = "xla-export"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # what jax.export lowers for
@@ -192,15 +192,8 @@ class XlaExecutor:
     def _upload(self, arrays: list[np.ndarray], specs: list[TensorSpec]) -> tuple[Any, ...]:
         import jax
 
-        if len(arrays) != len(specs):
-            raise ValueError(f"expected {len(specs)} tensors, got {len(arrays)}")
-        uploaded = []
-        for array, spec in zip(arrays, specs, strict=True):
-            array = np.array(array, dtype=spec.dtype, order="C", copy=True)  # jax owns it
-            if array.shape != spec.shape:
-                raise ValueError(f"{spec.name}: shape {array.shape}, expected {spec.shape}")
-            uploaded.append(jax.device_put(array, self.device))
-        return tuple(uploaded)
+        # copied, so the device array owns its memory (on the CPU it would share numpy's)
+        return tuple(jax.device_put(a.copy(), self.device) for a in conforming(arrays, specs))
 
     def set_params(self, params: list[np.ndarray]) -> None:
         """Replace the parameters on the device (the optimizer state stays)."""
