@@ -1,23 +1,61 @@
-"""Character-level text data: tokenizer, train/validation split, deterministic batches."""
+"""Character-level text data: tokenizer, train/validation split, deterministic batches.
+
+The `chars` dataset source also opens a directory written by `pcp data prepare` (a
+`manifest.json` and token shards) as a `pcp_core.shards.PreparedDataset`, which offers
+the same interface (`Corpus`) without loading its tokens.
+"""
 
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pcp_core.tokenizers import CharTokenizer
 
 
 class DataError(ValueError):
     """Bad training data (missing file, too short for the block size, ...)."""
 
 
+class Corpus(Protocol):
+    """What training reads from a dataset: `CharCorpus` and `PreparedDataset` both offer it."""
+
+    source: str
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    @property
+    def tokenizer(self) -> Any: ...
+
+    def unigram_entropy(self) -> float: ...
+
+    def decode(self, tokens: np.ndarray) -> str: ...
+
+    def check_block_size(self, block_size: int) -> None: ...
+
+    def batches(
+        self,
+        split: str,
+        count: int,
+        batch_size: int,
+        block_size: int,
+        stream: tuple[int, ...],
+        shard: tuple[int, int] = (0, 1),
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+
 @dataclass(frozen=True)
 class DatasetSource:
-    """A registered way to turn an optional path into a `CharCorpus`."""
+    """A registered way to turn an optional path into a corpus (`CharCorpus` or any
+    other `Corpus`)."""
 
     name: str
-    load: Callable[[Path | None], "CharCorpus"]
+    load: Callable[[Path | None], Corpus]
     description: str = ""
 
 
@@ -46,6 +84,13 @@ class CharCorpus:
     @property
     def vocab_size(self) -> int:
         return len(self.vocabulary)
+
+    @property
+    def tokenizer(self) -> "CharTokenizer":
+        """The chars tokenizer over this vocabulary (its `to_json()` rebuilds it)."""
+        from pcp_core.tokenizers import CharTokenizer
+
+        return CharTokenizer(self.vocabulary)
 
     def unigram_entropy(self) -> float:
         """Entropy in nats of the training characters: the loss of a model with no context."""
@@ -90,13 +135,24 @@ class CharCorpus:
         return windows[..., :-1].astype(np.int32), windows[..., 1:].astype(np.int32)
 
 
-def load_text_file(path: Path | None) -> CharCorpus:
-    """A text file given by `--data`, or the generated default corpus when there is none."""
+def load_text_file(path: Path | None) -> Corpus:
+    """A text file given by `--data` (a `CharCorpus`), a directory written by `pcp data
+    prepare` (a `PreparedDataset`), or the generated default corpus when there is none."""
     if path is None:
         from pcp_core import corpus
 
         return CharCorpus.from_text(corpus.generate(), "the built-in village corpus")
     path = Path(path)
+    if path.is_dir():
+        from pcp_core.manifest import MANIFEST_NAME
+        from pcp_core.shards import PreparedDataset
+
+        if not (path / MANIFEST_NAME).is_file():
+            raise DataError(
+                f"{path} is a directory without {MANIFEST_NAME}: prepare it with "
+                f"`pcp data prepare INPUT... -o {path}`, or pass a text file"
+            )
+        return PreparedDataset.open(path)
     if not path.is_file():
         raise DataError(f"data file not found: {path}")
     try:
@@ -109,5 +165,6 @@ def load_text_file(path: Path | None) -> CharCorpus:
 CHAR_TEXT = DatasetSource(
     name="chars",
     load=load_text_file,
-    description="character tokenizer over a UTF-8 text file (default: generated corpus)",
+    description="character tokenizer over a UTF-8 text file (default: generated corpus), "
+    "or a directory of token shards written by `pcp data prepare`",
 )
