@@ -36,7 +36,6 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
         "training",
         backend=backend.name,
         arch=arch,
-        params=program.parameter_count,
         unigram_entropy=round(setup.corpus.unigram_entropy(), 3),
     )
 

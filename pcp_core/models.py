@@ -1,7 +1,7 @@
 """What a model plugin provides: JAX init and loss functions over named parameters."""
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 # Parameters travel as an ordered name -> array mapping; the order is the model's and
@@ -16,6 +16,11 @@ class Model:
     `loss` is called with `precision=` one of `precisions` (see `pcp_core.precision`)
     only when that is not "f32"; a model that offers "bf16" routes its matrix
     products through `pcp_core.precision.matmul`.
+
+    Optional: `presets` names sizes (`--model-size`), each a partial config over
+    `defaults`; `shapes(config)` gives the parameters' shapes in `init`'s order without
+    making them (for counting and memory estimates); `logits(config, params, tokens)`
+    gives next-token logits [batch, time, vocab] (for `pcp sample`).
     """
 
     name: str
@@ -25,6 +30,9 @@ class Model:
     validate: Callable[[Mapping[str, int]], None] = lambda config: None
     precisions: tuple[str, ...] = ("f32",)
     description: str = ""
+    presets: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
+    shapes: Callable[[Mapping[str, int]], dict[str, tuple[int, ...]]] | None = None
+    logits: Callable[..., Any] | None = None
 
     def check_precision(self, precision: str) -> None:
         if precision not in self.precisions:
@@ -32,12 +40,22 @@ class Model:
                 f"model {self.name!r} trains in {', '.join(self.precisions)}, not {precision!r}"
             )
 
-    def config(self, overrides: Mapping[str, Any]) -> dict[str, int]:
-        """The model config: its defaults with the given (non-None) overrides applied."""
+    def config(self, overrides: Mapping[str, Any], preset: str | None = None) -> dict[str, int]:
+        """The model config: its defaults, then the named `preset`'s values, then the
+        given (non-None) overrides."""
         given = {k: v for k, v in overrides.items() if v is not None}
         unknown = set(given) - set(self.defaults)
         if unknown:
             raise ValueError(f"model {self.name!r} has no setting(s) {sorted(unknown)}")
-        merged = {**self.defaults, **given}
+        merged = {**self.defaults, **self.preset(preset), **given}
         self.validate(merged)
         return merged
+
+    def preset(self, name: str | None) -> Mapping[str, int]:
+        """The settings of the named size (none for None); ValueError listing the known."""
+        if name is None:
+            return {}
+        if name not in self.presets:
+            known = ", ".join(self.presets) or "none"
+            raise ValueError(f"model {self.name!r} has no size {name!r}; known sizes: {known}")
+        return self.presets[name]

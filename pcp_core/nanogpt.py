@@ -14,6 +14,14 @@ from pcp_core.models import Model, Params
 
 DEFAULTS = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 64, "vocab_size": 256}
 
+# Named sizes (`--model-size`); the vocabulary always comes from the data.
+PRESETS = {
+    "tiny": {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 64},  # the defaults
+    "shakespeare-char": {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256},
+    "gpt2-small": {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024},
+    "gpt2-medium": {"n_layer": 24, "n_head": 16, "n_embd": 1024, "block_size": 1024},
+}
+
 
 def validate(config: Mapping[str, int]) -> None:
     for key, value in config.items():
@@ -25,37 +33,41 @@ def validate(config: Mapping[str, int]) -> None:
         )
 
 
+def shapes(config: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
+    """Every parameter's shape, in the fixed order (the order the wire and checkpoints use)."""
+    width = config["n_embd"]
+    result = {"wte": (config["vocab_size"], width), "wpe": (config["block_size"], width)}
+    for i in range(config["n_layer"]):
+        p = f"h.{i}."
+        result |= _weight_and_bias(p + "ln_1", (width,), width)
+        result |= _weight_and_bias(p + "attn.c_attn", (width, 3 * width), 3 * width)
+        result |= _weight_and_bias(p + "attn.c_proj", (width, width), width)
+        result |= _weight_and_bias(p + "ln_2", (width,), width)
+        result |= _weight_and_bias(p + "mlp.c_fc", (width, 4 * width), 4 * width)
+        result |= _weight_and_bias(p + "mlp.c_proj", (4 * width, width), width)
+    return result | _weight_and_bias("ln_f", (width,), width)
+
+
+def _weight_and_bias(name: str, weight: tuple[int, ...], bias: int) -> dict[str, tuple[int, ...]]:
+    return {name + ".weight": weight, name + ".bias": (bias,)}
+
+
 def init(config: Mapping[str, int], seed: int) -> Params:
-    """Parameters in a fixed order (the order the wire and checkpoints use)."""
+    """Parameters in `shapes` order: normal(0.02) matrices (the residual projections
+    scaled down by sqrt(2 * layers), as GPT-2), zero biases, unit norm weights."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
-    width, layers = config["n_embd"], config["n_layer"]
-    std, proj_std = 0.02, 0.02 / math.sqrt(2 * layers)
-
-    def normal(shape: tuple[int, ...], scale: float = std) -> np.ndarray:
-        return (rng.standard_normal(shape) * scale).astype(np.float32)
-
-    params: Params = {
-        "wte": normal((config["vocab_size"], width)),
-        "wpe": normal((config["block_size"], width)),
-    }
-    for i in range(layers):
-        p = f"h.{i}."
-        params[p + "ln_1.weight"] = np.ones(width, np.float32)
-        params[p + "ln_1.bias"] = np.zeros(width, np.float32)
-        params[p + "attn.c_attn.weight"] = normal((width, 3 * width))
-        params[p + "attn.c_attn.bias"] = np.zeros(3 * width, np.float32)
-        params[p + "attn.c_proj.weight"] = normal((width, width), proj_std)
-        params[p + "attn.c_proj.bias"] = np.zeros(width, np.float32)
-        params[p + "ln_2.weight"] = np.ones(width, np.float32)
-        params[p + "ln_2.bias"] = np.zeros(width, np.float32)
-        params[p + "mlp.c_fc.weight"] = normal((width, 4 * width))
-        params[p + "mlp.c_fc.bias"] = np.zeros(4 * width, np.float32)
-        params[p + "mlp.c_proj.weight"] = normal((4 * width, width), proj_std)
-        params[p + "mlp.c_proj.bias"] = np.zeros(width, np.float32)
-    params["ln_f.weight"] = np.ones(width, np.float32)
-    params["ln_f.bias"] = np.zeros(width, np.float32)
+    std, proj_std = 0.02, 0.02 / math.sqrt(2 * config["n_layer"])
+    params: Params = {}
+    for name, shape in shapes(config).items():
+        if name.endswith(".bias"):
+            params[name] = np.zeros(shape, np.float32)
+        elif len(shape) == 1:  # a norm's weight
+            params[name] = np.ones(shape, np.float32)
+        else:
+            scale = proj_std if name.endswith("c_proj.weight") else std
+            params[name] = (rng.standard_normal(shape) * scale).astype(np.float32)
     return params
 
 
@@ -241,4 +253,7 @@ MODEL = Model(
     validate=validate,
     precisions=precisions.PRECISIONS,
     description="character-level GPT (nanoGPT) in plain JAX",
+    presets=PRESETS,
+    shapes=shapes,
+    logits=logits,
 )

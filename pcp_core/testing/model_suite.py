@@ -4,9 +4,10 @@
         model_name = "mine"
 
 It checks that the model's config merges overrides into its defaults and refuses bad
-ones, that init is deterministic in the seed and float32, that the loss at init is a
-finite scalar near ln(vocabulary) (an untrained model guesses uniformly), and that
-the reference train program built with it (AdamW, a few steps) compiles for the CPU
+ones, that its named sizes are valid and its `shapes` (if any) are what init makes,
+that init is deterministic in the seed and float32, that the loss at init is a finite
+scalar near ln(vocabulary) (an untrained model guesses uniformly), and that the
+reference train program built with it (AdamW, a few steps) compiles for the CPU
 backend, matches JAX there and lowers the loss.
 """
 
@@ -51,6 +52,16 @@ class ModelConformance:
             assert value.dtype == np.float32, f"{name} is {value.dtype}"
             np.testing.assert_array_equal(value, again[name])
         assert any(not np.array_equal(first[n], other[n]) for n in first), "seed is ignored"
+
+    def test_named_sizes_and_shapes_agree_with_init(self, model: Any) -> None:
+        """Every preset (`--model-size`) is a valid config; `shapes`, if given, is init's."""
+        for name in model.presets:
+            model.config({}, preset=name)
+        if model.shapes is not None:
+            config = model.config(self.small_config)
+            made = {name: value.shape for name, value in model.init(config, 0).items()}
+            shapes = model.shapes(config)
+            assert list(shapes) == list(made) and shapes == made
 
     def test_loss_at_init_is_near_uniform(self, model: Any) -> None:
         corpus, config, _ = self.run()
