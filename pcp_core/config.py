@@ -52,16 +52,23 @@ class RunConfig:
     optimizer: str = _opt("adamw", "Inner optimizer, compiled into the device program.")
     dataset: str = _opt("chars", "Dataset source.")
     data: Path | None = _opt(
-        None, "What --dataset reads: for chars, a UTF-8 text file (default: built-in corpus)."
+        None,
+        "What --dataset reads: for chars, a UTF-8 text file, or a directory written by "
+        "`pcp data prepare` (default: built-in corpus).",
     )
     out: Path | None = _opt(None, "Run directory (default: runs/<timestamp>).")
     target: str | None = _opt(None, "Device architecture to compile for (default: detect).")
     device: int | None = _opt(None, "Index of the device to use (default: first).")
     # model size (None: the model's default)
+    model_size: str | None = _opt(
+        None,
+        "Named model size, e.g. for nanogpt tiny, shakespeare-char, gpt2-small, gpt2-medium "
+        "(default: the model's defaults); --n-layer etc. override its values.",
+    )
     n_layer: int | None = _opt(None, "Transformer layers.")
     n_head: int | None = _opt(None, "Attention heads.")
     n_embd: int | None = _opt(None, "Embedding width.")
-    block_size: int | None = _opt(None, "Context length in characters.")
+    block_size: int | None = _opt(None, "Context length in tokens.")
     model_settings: str | None = _opt(
         None, "Any model's own size settings as KEY=INT,KEY=INT (e.g. context=8)."
     )

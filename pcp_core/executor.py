@@ -172,8 +172,8 @@ class IreeExecutor:
         module = rt.VmModule.copy_buffer(self.context.instance, vmfb)
         self.context.add_vm_module(module)
         self._step = self.context.modules[module.name][ENTRY_FUNCTION]
-        self._params: list[Any] = []
-        self._opt_state: list[Any] = []
+        self._params: list[Any] | None = None
+        self._opt_state: list[Any] | None = None
 
     @property
     def device(self) -> Any:
@@ -191,7 +191,7 @@ class IreeExecutor:
 
     def run(self, inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """K inner steps over [K, batch, block] token stacks; returns the K losses."""
-        if not self._params or not self._opt_state:
+        if self._params is None or self._opt_state is None:
             raise RuntimeError("set_params and set_opt_state must come before run")
         outputs = self._step(*self._params, *self._opt_state, inputs, targets)
         n_params = len(self.param_specs)
@@ -201,10 +201,10 @@ class IreeExecutor:
 
     def device_state(self) -> list[Any]:
         """The device-resident parameter and optimizer buffers (for inspection)."""
-        return [*self._params, *self._opt_state]
+        return [*(self._params or []), *(self._opt_state or [])]
 
     def params(self) -> list[np.ndarray]:
-        return [to_host(a) for a in self._params]
+        return [to_host(a) for a in self._params or []]
 
     def opt_state(self) -> list[np.ndarray]:
-        return [to_host(a) for a in self._opt_state]
+        return [to_host(a) for a in self._opt_state or []]

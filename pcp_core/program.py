@@ -58,7 +58,6 @@ class TrainProgram:
     # products at full precision as IREE computes them (pcp-xla ships it serialized).
     export: Callable[[str], Any]
     init_opt_state: Callable[[list[np.ndarray]], list[np.ndarray]]
-    eval_loss: Callable[[list[np.ndarray], np.ndarray, np.ndarray], float]
 
     @property
     def parameter_count(self) -> int:
@@ -104,19 +103,15 @@ def build_train_program(
     import jax.numpy as jnp
 
     model.check_precision(precision)
-    loss_options = {} if precision == "f32" else {"precision": precision}
-    block_size = model_config["block_size"]
     example = model.init(model_config, seed)
     names = list(example)
+    loss_of = _loss_of(model, model_config, precision)
     opt_shapes = jax.eval_shape(optimizer.init, example)
     opt_paths, opt_treedef = jax.tree_util.tree_flatten_with_path(opt_shapes)
     opt_specs = [
         TensorSpec("opt" + jax.tree_util.keystr(path), tuple(leaf.shape), np.dtype(leaf.dtype).name)
         for path, leaf in opt_paths
     ]
-
-    def loss_of(params: dict[str, Any], x: Any, y: Any) -> Any:
-        return model.loss(model_config, params, x, y, **loss_options)
 
     def train_step(params_tuple, opt_tuple, inputs, targets):
         params = dict(zip(names, params_tuple, strict=True))
@@ -136,32 +131,95 @@ def build_train_program(
             losses,
         )
 
-    def abstract(specs: list[TensorSpec]) -> tuple[Any, ...]:
-        return tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs)
-
-    param_specs = specs_of(example)
-    batch_spec = jax.ShapeDtypeStruct((steps_per_call, batch_size, block_size), jnp.int32)
-    jitted = jax.jit(train_step)
-    exported = jax.export.export(jitted)(
-        abstract(param_specs), abstract(opt_specs), batch_spec, batch_spec
-    )
-
-    def export_for(platform: str) -> Any:
-        with jax.default_matmul_precision("highest" if precision == "f32" else None):
-            return jax.export.export(jitted, platforms=(platform,))(
-                abstract(param_specs), abstract(opt_specs), batch_spec, batch_spec
-            )
-
     @jax.jit
     def init_opt(params_tuple):
         state = optimizer.init(dict(zip(names, params_tuple, strict=True)))
         return tuple(jax.tree_util.tree_leaves(state))
 
-    @jax.jit
-    def eval_step(params_tuple, inputs, targets):
-        params = dict(zip(names, params_tuple, strict=True))
-        return jnp.mean(jax.lax.map(lambda b: loss_of(params, *b), (inputs, targets)))
+    return _exported(
+        train_step,
+        specs_of(example),
+        opt_specs,
+        (steps_per_call, batch_size, model_config["block_size"]),
+        precision,
+        init_opt_state=lambda params: [np.asarray(a) for a in init_opt(tuple(params))],
+    )
 
+
+def build_eval_program(
+    model: Model,
+    model_config: Mapping[str, int],
+    batches: int,
+    batch_size: int,
+    seed: int = 0,
+    precision: str = "f32",
+) -> TrainProgram:
+    """The loss of each of `batches` batches, exported like a train program whose step
+    changes nothing: the parameters come back as they went in, there is no optimizer
+    state, and the "losses" are one per batch. So every runtime builds and runs it as it
+    does training, and validation runs on a backend's device, not in JAX on the host.
+    """
+    import jax
+
+    model.check_precision(precision)
+    example = model.init(model_config, seed)
+    names = list(example)
+    loss_of = _loss_of(model, model_config, precision)
+
+    def eval_step(params_tuple, opt_tuple, inputs, targets):
+        params = dict(zip(names, params_tuple, strict=True))
+        losses = jax.lax.map(lambda batch: loss_of(params, *batch), (inputs, targets))
+        return params_tuple, opt_tuple, losses
+
+    return _exported(
+        eval_step,
+        specs_of(example),
+        [],
+        (batches, batch_size, model_config["block_size"]),
+        precision,
+        init_opt_state=lambda params: [],
+    )
+
+
+def _loss_of(model: Model, model_config: Mapping[str, int], precision: str) -> Callable:
+    options = {} if precision == "f32" else {"precision": precision}
+
+    def loss_of(params: dict[str, Any], x: Any, y: Any) -> Any:
+        return model.loss(model_config, params, x, y, **options)
+
+    return loss_of
+
+
+def _exported(
+    step: Callable,
+    param_specs: list[TensorSpec],
+    opt_specs: list[TensorSpec],
+    batch_shape: tuple[int, int, int],
+    precision: str,
+    init_opt_state: Callable[[list[np.ndarray]], list[np.ndarray]],
+) -> TrainProgram:
+    """`step(params, opt_state, inputs, targets)` jitted and exported for [K, batch,
+    block] token stacks."""
+    import jax
+    import jax.numpy as jnp
+
+    def abstract(specs: list[TensorSpec]) -> tuple[Any, ...]:
+        return tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs)
+
+    arguments = (
+        abstract(param_specs),
+        abstract(opt_specs),
+        jax.ShapeDtypeStruct(batch_shape, jnp.int32),
+        jax.ShapeDtypeStruct(batch_shape, jnp.int32),
+    )
+    jitted = jax.jit(step)
+    exported = jax.export.export(jitted)(*arguments)
+
+    def export_for(platform: str) -> Any:
+        with jax.default_matmul_precision("highest" if precision == "f32" else None):
+            return jax.export.export(jitted, platforms=(platform,))(*arguments)
+
+    steps_per_call, batch_size, block_size = batch_shape
     return TrainProgram(
         stablehlo=without_locations(exported.mlir_module()),
         param_specs=param_specs,
@@ -171,6 +229,5 @@ def build_train_program(
         block_size=block_size,
         jax_step=jitted,
         export=export_for,
-        init_opt_state=lambda params: [np.asarray(a) for a in init_opt(tuple(params))],
-        eval_loss=lambda params, x, y: float(eval_step(tuple(params), x, y)),
+        init_opt_state=init_opt_state,
     )

@@ -5,14 +5,19 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import structlog
 
 from pcp_core import checkpoint
 from pcp_core.backends import Backend
 from pcp_core.config import RunConfig, to_dict
 from pcp_core.data import CharCorpus
+from pcp_core.evaluation import Evaluator
+from pcp_core.footprint import Footprint, estimate, human_count
 from pcp_core.models import Model
 from pcp_core.optimizers import InnerSettings
-from pcp_core.program import TrainProgram, build_train_program
+from pcp_core.program import TrainProgram, build_eval_program, build_train_program
+
+log = structlog.get_logger(__name__)
 
 
 @dataclass
@@ -22,6 +27,7 @@ class TrainingSetup:
     model_config: dict[str, int]
     corpus: CharCorpus
     program: TrainProgram
+    evaluator: Evaluator  # validation on the run's own backend (`--backend`)
 
     def initial_params(self) -> list[np.ndarray]:
         return list(self.model.init(self.model_config, self.config.seed).values())
@@ -32,8 +38,12 @@ class TrainingSetup:
     def tokens_per_step(self) -> int:
         return self.config.batch_size * self.model_config["block_size"]
 
+    def footprint(self) -> Footprint:
+        return footprint_of(self.config, self.model_config, self.program)
+
     def validation_loss(self, params: list[np.ndarray]) -> float:
-        """Mean loss over a fixed set of validation batches (the same every time)."""
+        """Mean loss over a fixed set of validation batches (the same every time),
+        computed by the compiled eval program on the run's backend."""
         x, y = self.corpus.batches(
             "validation",
             self.config.eval_batches,
@@ -41,7 +51,7 @@ class TrainingSetup:
             self.model_config["block_size"],
             stream=(self.config.seed, 0xE7A1),
         )
-        return self.program.eval_loss(params, x, y)
+        return self.evaluator.loss(params, x, y)
 
     def evaluates_after(self, step: int, stride: int) -> bool:
         """Whether to evaluate after a call or round of `stride` steps that ended at `step`:
@@ -64,9 +74,12 @@ class TrainingSetup:
             "step": step,
             "model": self.config.model,
             "model_config": self.model_config,
-            "vocabulary": self.corpus.vocabulary,
+            "tokenizer": self.corpus.tokenizer.to_json(),  # what `pcp sample` reads
             **(resume or {}),
         }
+        vocabulary = getattr(self.corpus, "vocabulary", None)
+        if vocabulary is not None:  # for readers from before the tokenizer was stored
+            metadata["vocabulary"] = vocabulary
         checkpoint.save(run_dir / "checkpoint.safetensors", tensors, metadata)
 
     def summary(
@@ -87,6 +100,7 @@ class TrainingSetup:
             "wall_time_s": wall_time_s,
             "backend": self.config.backend,
             "parameters": self.program.parameter_count,
+            "memory_estimate": self.footprint().to_dict(),
             "config": to_dict(self.config),
         }
 
@@ -112,7 +126,9 @@ def prepare(config: RunConfig, plugins: Any) -> TrainingSetup:
     if getattr(optimizer, "role", None) != "inner":
         raise ValueError(f"optimizer {config.optimizer!r} is not an inner optimizer")
     corpus = plugins.dataset(config.dataset).load(config.data)
-    model_config = model.config({**config.model_overrides(), "vocab_size": corpus.vocab_size})
+    model_config = model.config(
+        {**config.model_overrides(), "vocab_size": corpus.vocab_size}, preset=config.model_size
+    )
     if "block_size" in model_config:
         corpus.check_block_size(model_config["block_size"])
     program = build_train_program(
@@ -124,7 +140,44 @@ def prepare(config: RunConfig, plugins: Any) -> TrainingSetup:
         seed=config.seed,
         precision=config.precision,
     )
-    return TrainingSetup(config, model, model_config, corpus, program)
+    log_model(config, model_config, program)
+
+    def build_evaluation() -> TrainProgram:
+        return build_eval_program(
+            model,
+            model_config,
+            config.eval_batches,
+            config.batch_size,
+            seed=config.seed,
+            precision=config.precision,
+        )
+
+    evaluator = Evaluator(build_evaluation, *resolve_backend(config, plugins), config.device)
+    return TrainingSetup(config, model, model_config, corpus, program, evaluator)
+
+
+def footprint_of(
+    config: RunConfig, model_config: dict[str, int], program: TrainProgram
+) -> Footprint:
+    """The parameter count and estimated memory of a training step (pcp_core.footprint)."""
+    return estimate(
+        [spec.shape for spec in program.param_specs],
+        model_config,
+        config.batch_size,
+        optimizer_bytes=sum(spec.nbytes for spec in program.opt_specs),
+    )
+
+
+def log_model(config: RunConfig, model_config: dict[str, int], program: TrainProgram) -> None:
+    """Say how big the model is and how much memory training it may take, before it starts."""
+    footprint = footprint_of(config, model_config, program)
+    log.info(
+        "model",
+        name=config.model,
+        **({"size": config.model_size} if config.model_size else {}),
+        parameters=human_count(footprint.parameters),
+        estimated_memory=footprint.describe_memory(),
+    )
 
 
 def resolve_backend(config: RunConfig, plugins: Any) -> tuple[Backend, str]:

@@ -8,7 +8,7 @@ import pytest
 from pcp_core import data, nanogpt, precision
 from pcp_core.config import ConfigError, RunConfig
 from pcp_core.optimizers import InnerSettings
-from pcp_core.program import build_train_program
+from pcp_core.program import build_eval_program, build_train_program
 from tests.conftest import run_pcp
 from tests.test_program import train_side_by_side
 
@@ -106,6 +106,7 @@ def test_bf16_loss_curve_follows_f32_on_tinyshakespeare() -> None:
     curves = {}
     for policy in precision.PRECISIONS:
         program = build_train_program(nanogpt.MODEL, config, tx, 10, 16, precision=policy)
+        evaluation = build_eval_program(nanogpt.MODEL, config, 8, 16, precision=policy)
         params = list(nanogpt.init(config, 0).values())
         state = (tuple(params), tuple(program.init_opt_state(params)))
         val_x, val_y = corpus.batches("validation", 8, 16, config["block_size"], (0, 1))
@@ -115,7 +116,8 @@ def test_bf16_loss_curve_follows_f32_on_tinyshakespeare() -> None:
             *state, call_losses = program.jax_step(*state, x, y)
             losses.extend(np.asarray(call_losses).tolist())
             if call % 5 == 4:
-                val_losses.append(program.eval_loss(list(state[0]), val_x, val_y))
+                *_, batch_losses = evaluation.jax_step(state[0], (), val_x, val_y)
+                val_losses.append(float(np.mean(batch_losses)))
         curves[policy] = np.array(losses), np.array(val_losses)
     (f32_train, f32_val), (bf16_train, bf16_val) = curves["f32"], curves["bf16"]
     assert f32_val[-1] < 0.8 * f32_train[0]  # it learns

@@ -186,8 +186,8 @@ class XlaExecutor:
         args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, avals)
         step = jax.jit(exported.call, donate_argnums=(0, 1))
         self._step = step.lower(*args, **kwargs).compile()
-        self._params: tuple[Any, ...] = ()
-        self._opt_state: tuple[Any, ...] = ()
+        self._params: tuple[Any, ...] | None = None
+        self._opt_state: tuple[Any, ...] | None = None
 
     def _upload(self, arrays: list[np.ndarray], specs: list[TensorSpec]) -> tuple[Any, ...]:
         import jax
@@ -206,7 +206,7 @@ class XlaExecutor:
         """K inner steps over [K, batch, block] token stacks; returns the K losses."""
         import jax
 
-        if not self._params or not self._opt_state:
+        if self._params is None or self._opt_state is None:
             raise RuntimeError("set_params and set_opt_state must come before run")
         batch = [jax.device_put(np.asarray(b, np.int32), self.device) for b in (inputs, targets)]
         self._params, self._opt_state, losses = self._step(self._params, self._opt_state, *batch)
@@ -214,10 +214,10 @@ class XlaExecutor:
 
     def device_state(self) -> list[Any]:
         """The device-resident parameter and optimizer arrays (for inspection)."""
-        return [*self._params, *self._opt_state]
+        return [*(self._params or ()), *(self._opt_state or ())]
 
     def params(self) -> list[np.ndarray]:
-        return [np.asarray(a) for a in self._params]
+        return [np.asarray(a) for a in self._params or ()]
 
     def opt_state(self) -> list[np.ndarray]:
-        return [np.asarray(a) for a in self._opt_state]
+        return [np.asarray(a) for a in self._opt_state or ()]
