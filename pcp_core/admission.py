@@ -22,6 +22,7 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,8 +33,24 @@ from pcp_core.backends import Artifact, Backend
 from pcp_core.channel import SealedConnection, session_keys
 from pcp_core.compiler import CompileError
 from pcp_core.liveness import LiveConnection
-from pcp_core.messages import Challenge, Hello, Proof, Ready, Reject, Setup, Tensor, Welcome
+from pcp_core.messages import (
+    Challenge,
+    Hello,
+    Proof,
+    Ready,
+    Reject,
+    Setup,
+    ShardRequest,
+    Tensor,
+    Welcome,
+)
 from pcp_core.registry import UnknownNameError
+from pcp_core.shard_transfer import (
+    assign_shards,
+    serve_shard,
+    training_shards,
+    worker_manifest,
+)
 from pcp_core.training import TrainingSetup
 from pcp_core.transport import Connection, Listener, TransportError
 
@@ -70,6 +87,8 @@ class Admission:
     joined: "queue.Queue[WorkerLink]" = field(default_factory=queue.Queue)
     closing: threading.Event = field(default_factory=threading.Event)
     setup_bytes: int = 0
+    shard_bytes: int = 0  # the shards served to workers that did not have them
+    shards_fetched: dict[int, list[str]] = field(default_factory=dict)  # by worker index
     stop_late: Callable[[], None] = lambda: None  # stops links that joined while closing
     _programs: dict[tuple[str, str], "Future[Artifact]"] = field(default_factory=dict)
     _compile_lock: threading.Lock = field(default_factory=threading.Lock)
@@ -80,6 +99,7 @@ class Admission:
     _index_lock: threading.Lock = field(default_factory=threading.Lock)
     _reserved: set[int] = field(default_factory=set)
     _shared: list[Tensor] | None = None
+    _text_tokens: Tensor | None = None
     _shared_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> None:
@@ -190,8 +210,11 @@ class Admission:
             live.start_heartbeats(self.heartbeat_s)  # compiling may take minutes
             artifact = self.program_for(backend, hello.arch)
             link = WorkerLink(index, live, hello)
-            self._send_setup(link, artifact)
+            assigned = self._send_setup(link, artifact)
             loaded = live.receive()  # loading may take a while (XLA compiles): heartbeats
+            while isinstance(loaded, ShardRequest):
+                self._serve_shard(link, loaded, assigned)
+                loaded = live.receive()
             if not isinstance(loaded, Ready):
                 reason = getattr(loaded, "reason", f"it sent {type(loaded).__name__}")
                 log.warning("worker could not load the program", worker=link.label, reason=reason)
@@ -253,32 +276,61 @@ class Admission:
                 program.set_exception(error)
         return program.result()
 
-    def _send_setup(self, link: WorkerLink, artifact: Artifact) -> None:
-        program, corpus = self.setup.program, self.setup.corpus
+    def _send_setup(self, link: WorkerLink, artifact: Artifact) -> dict[str, Path]:
+        """Send the worker its program, settings and data; returns the shards it may ask
+        for (a prepared dataset's share of this worker; none for a text corpus, whose
+        tokens travel in the Setup)."""
+        program = self.setup.program
         settings = {
             **self.settings,
             "batch_size": program.batch_size,
             "block_size": program.block_size,
             "steps_per_call": program.steps_per_call,
-            "vocabulary": corpus.vocabulary,
             "param_specs": [(s.name, s.shape, s.dtype) for s in program.param_specs],
             "opt_specs": [(s.name, s.shape, s.dtype) for s in program.opt_specs],
         }
         tensors = [Tensor("artifact", np.frombuffer(artifact.data, dtype=np.uint8))]
         tensors += self._shared_tensors()
+        assigned: dict[str, Path] = {}
+        shards = training_shards(self.setup.corpus)
+        if shards is None:
+            tensors.append(self._tokens())
+            settings["vocabulary"] = self.setup.corpus.vocabulary
+        else:
+            names = assign_shards(list(shards), link.index, self.setup.config.workers)
+            assigned = {name: shards[name] for name in names}
+            settings["manifest"] = worker_manifest(self.setup.corpus, names)
+            log.info("data shards assigned", worker=link.label, shards=names)
         setup = Setup(artifact.kind, artifact.sha256, json.dumps(settings), tensors)
         self.setup_bytes += link.conn.send(setup)
+        return assigned
+
+    def _serve_shard(
+        self, link: WorkerLink, request: ShardRequest, assigned: dict[str, Path]
+    ) -> None:
+        sent = serve_shard(link.conn.send, request, assigned)
+        with self._shared_lock:
+            self.shard_bytes += sent
+            self.shards_fetched.setdefault(link.index, []).append(request.name)
+        log.info("shard sent", worker=link.label, shard=request.name, bytes=sent)
 
     def _shared_tensors(self) -> list[Tensor]:
-        """The tokens and the initial inner state, the same for every worker: built once,
-        so sixteen workers joining at once do not hold sixteen copies."""
+        """The initial inner state, the same for every worker: built once, so sixteen
+        workers joining at once do not hold sixteen copies."""
         with self._shared_lock:
             if self._shared is None:
-                program, corpus = self.setup.program, self.setup.corpus
+                program = self.setup.program
                 opt_state = program.init_opt_state(self.setup.initial_params())
-                token_dtype = np.uint8 if corpus.vocab_size <= 256 else np.int32
                 self._shared = [
-                    Tensor("tokens", corpus.train.astype(token_dtype)),
-                    *(Tensor(s.name, a) for s, a in zip(program.opt_specs, opt_state, strict=True)),
+                    Tensor(s.name, a) for s, a in zip(program.opt_specs, opt_state, strict=True)
                 ]
             return self._shared
+
+    def _tokens(self) -> Tensor:
+        """A text corpus's training tokens, built once like `_shared_tensors`."""
+        with self._shared_lock:
+            if self._text_tokens is None:
+                corpus = self.setup.corpus
+                token_dtype = np.uint8 if corpus.vocab_size <= 256 else np.int32
+                self._text_tokens = Tensor("tokens", corpus.train.astype(token_dtype))
+            return self._text_tokens

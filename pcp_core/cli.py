@@ -21,6 +21,7 @@ import typer
 
 from pcp_core import config as run_config
 from pcp_core import exit_codes, plugins
+from pcp_core.cli_data import data_app
 from pcp_core.registry import DuplicateNameError, UnknownNameError
 
 app = typer.Typer(
@@ -372,6 +373,32 @@ app.command("compile")(with_run_config(compile_vmfb, extra=[OUTPUT_OPTION]))
 
 
 @app.command()
+def sample(
+    run_dir: Path = typer.Argument(..., help="A run directory (`pcp train --out`)."),
+    prompt: str = typer.Option(
+        "\n", "--prompt", help="Text to continue (default: a newline).", show_default=False
+    ),
+    tokens: int = typer.Option(200, "--tokens", help="Tokens to generate."),
+    temperature: float = typer.Option(
+        1.0, "--temperature", help="Below 1: likelier picks; above 1: more varied."
+    ),
+    top_k: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--top-k", help="Draw only from the K likeliest tokens (default: all)."
+    ),
+    seed: int = typer.Option(0, "--seed", help="Sampling seed: the same seed, the same text."),
+) -> None:
+    """Continue a prompt with a run's trained model (on the CPU); print prompt + continuation."""
+
+    def body() -> None:
+        from pcp_core.sampling import sample as continue_prompt
+
+        text = continue_prompt(run_dir, prompt, tokens, temperature, top_k, seed, plugins.host())
+        typer.echo(text)
+
+    run_or_explain(body)
+
+
+@app.command()
 def devices(
     as_json: bool = typer.Option(False, "--json", help="Print the device table as JSON."),
 ) -> None:
@@ -430,6 +457,19 @@ def worker(
         "worker resumes it. Default: a folder per shepherd address and backend in the "
         "user state directory.",
     ),
+    data: Optional[Path] = typer.Option(  # noqa: UP045
+        None,
+        "--data",
+        help="A prepared dataset (`pcp data prepare`) on this machine: the shards the "
+        "shepherd assigns are read from it, checked against the shepherd's sha256, instead "
+        "of fetched.",
+    ),
+    shard_cache: Optional[Path] = typer.Option(  # noqa: UP045
+        None,
+        "--shard-cache",
+        help="Where shards fetched from the shepherd are kept, by content hash, so a "
+        "restarted worker fetches none twice. Default: the user cache directory.",
+    ),
     restarts: int = typer.Option(
         5,
         "--restarts",
@@ -454,6 +494,8 @@ def worker(
         fail(str(error))
     if tls_ca is not None and not tls_ca.is_file():
         fail(f"--tls-ca {tls_ca}: no such file")
+    if data is not None and not (data / "manifest.json").is_file():
+        fail(f"--data {data}: no manifest.json there; make one with `pcp data prepare`")
     if restarts > 0:
         from pcp_core.malloc import retaining_env
         from pcp_core.supervisor import Supervisor
@@ -475,6 +517,8 @@ def worker(
                 transport=transport,
                 transport_options=TransportOptions(timeout_s=timeout, tls_ca=tls_ca),
                 state_dir=state_dir or default_state_dir(host, port, backend, device),
+                data=data,
+                shard_cache=shard_cache,
             )
             worker_runtime.run_worker(options, plugins.host())
         except (worker_runtime.JoinRefused, AuthError, StateDirBusy) as error:
@@ -515,6 +559,7 @@ plugin_app = typer.Typer(
     no_args_is_help=True,
 )
 app.add_typer(plugin_app, name="plugin")
+app.add_typer(data_app, name="data")
 
 
 NEW_PLUGIN_HELP = (

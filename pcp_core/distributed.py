@@ -147,6 +147,8 @@ def worker_command(
         command += ["--target", config.target]
     if config.tls_ca:
         command += ["--tls-ca", str(config.tls_ca)]
+    if config.data is not None and Path(config.data).is_dir():  # a prepared dataset: read it
+        command += ["--data", str(config.data)]
     return command
 
 

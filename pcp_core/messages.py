@@ -5,8 +5,10 @@ array, including the VMFB and the token stream, is a `Tensor` that travels as ra
 little-endian bytes after the metadata.
 
 A session: worker → Hello; shepherd → Challenge; worker → Proof; shepherd → Welcome
-(or Reject); shepherd → Setup (program, data, optimizer state); worker → Ready once the
-program is loaded (or Failure); then per round
+(or Reject); shepherd → Setup (program, data or the data shards assigned to the worker,
+optimizer state); a worker without those shards on its disk asks for each with a
+ShardRequest and gets it as ShardData chunks; worker → Ready once the program is loaded
+(or Failure); then per round
 shepherd → Assignment (global params), worker → Result (losses and the pseudo-gradient's
 norm, no tensors), shepherd → Fetch (or Discard), worker → Delta (the pseudo-gradient);
 finally shepherd → Stop. After the Welcome both sides send a Heartbeat every
@@ -19,7 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-PROTOCOL_VERSION = 3
+PROTOCOL_VERSION = 4
 
 
 @dataclass
@@ -67,8 +69,27 @@ class Setup:
 
     artifact_kind: str  # the backend runtime's kind: "iree-vmfb", "xla-export"
     artifact_sha256: str
-    settings_json: str  # run settings (batch, block, steps per call, specs): small metadata
-    tensors: list[Tensor] = field(default_factory=list)  # "artifact", "tokens", opt state
+    settings_json: str  # run settings (batch, block, steps per call, specs, data shards)
+    # "artifact", the opt state, and "tokens" for a text corpus (a prepared dataset's
+    # shards are named in the settings instead, and fetched one by one)
+    tensors: list[Tensor] = field(default_factory=list)
+
+
+@dataclass
+class ShardRequest:
+    """A worker asks for one of the data shards its Setup assigned it."""
+
+    name: str
+
+
+@dataclass
+class ShardData:
+    """One chunk of a requested shard: its bytes from `offset`, `size` bytes in all."""
+
+    name: str
+    offset: int
+    size: int
+    tensors: list[Tensor] = field(default_factory=list)  # "bytes": uint8
 
 
 @dataclass
@@ -154,6 +175,8 @@ Message = (
     | Welcome
     | Reject
     | Setup
+    | ShardRequest
+    | ShardData
     | Ready
     | Assignment
     | Result
@@ -182,6 +205,8 @@ MESSAGE_TYPES: tuple[type, ...] = (
     Heartbeat,
     Seal,
     Ready,
+    ShardRequest,
+    ShardData,
 )
 
 

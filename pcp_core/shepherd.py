@@ -19,6 +19,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import structlog
@@ -67,6 +68,13 @@ class Shepherd:
     @property
     def setup_bytes(self) -> int:
         return self.admission.setup_bytes
+
+    def shards_served(self) -> dict[str, Any]:
+        """A prepared dataset's shards sent to workers that did not have them: bytes in
+        all, and the shard names by worker index."""
+        admission = self.admission
+        fetched = {str(i): names for i, names in sorted(admission.shards_fetched.items())}
+        return {"shard_bytes": admission.shard_bytes, "shards_fetched": fetched}
 
     def start(self) -> None:
         self.admission.stop_late = self.stop_joined

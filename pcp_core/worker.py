@@ -26,7 +26,7 @@ from pcp_core import auth
 from pcp_core.aggregation import delta_norm
 from pcp_core.backends import Backend, Executor
 from pcp_core.channel import SealedConnection, session_keys
-from pcp_core.data import CharCorpus
+from pcp_core.data import CharCorpus, DataError
 from pcp_core.liveness import LiveConnection
 from pcp_core.messages import (
     Assignment,
@@ -46,6 +46,7 @@ from pcp_core.messages import (
     Welcome,
 )
 from pcp_core.program import TensorSpec
+from pcp_core.shard_transfer import ShardSource, default_shard_cache, shard_dataset
 from pcp_core.transport import Connection, TransportError, TransportOptions
 from pcp_core.worker_state import InnerStateStore
 
@@ -68,6 +69,8 @@ class WorkerOptions:
     transport_options: TransportOptions  # timeout_s: how long the shepherd may be silent
     state_dir: Path
     name: str = ""
+    data: Path | None = None  # a prepared dataset on this machine (else shards are fetched)
+    shard_cache: Path | None = None  # where fetched shards are kept (default: user cache)
 
 
 @dataclass
@@ -76,7 +79,7 @@ class WorkerSession:
 
     index: int
     executor: Executor
-    corpus: CharCorpus  # the training tokens the shepherd shipped
+    corpus: Any  # its training data: the shipped tokens, or its assigned shards
     settings: dict[str, Any]
 
     def batches(self, assignment: Assignment, call: int) -> tuple[np.ndarray, np.ndarray]:
@@ -136,10 +139,11 @@ class ShippedSpecs:
 
 
 def load_setup(
-    setup: Setup, options: WorkerOptions, backend: Backend
-) -> tuple[Executor, CharCorpus, dict]:
+    setup: Setup, options: WorkerOptions, backend: Backend, conn: LiveConnection
+) -> tuple[Executor, Any, dict]:
     """Check the shipped program's kind and hash, load it on the device, set the inner
-    state."""
+    state, and get the training data: the tokens in the Setup, or the assigned shards
+    (from `--data`, the shard cache, or fetched through `conn`)."""
     runtime = backend.runner()
     if setup.artifact_kind != runtime.kind:
         raise JoinRefused(
@@ -161,9 +165,15 @@ def load_setup(
     )
     executor = runtime.open(artifact, backend, specs, options.device)
     executor.set_opt_state([tensors[s.name] for s in specs.opt_specs])
-    tokens = tensors["tokens"].astype(np.int32)
-    corpus = CharCorpus(settings["vocabulary"], tokens, tokens[:0], "shepherd")
-    return executor, corpus, settings
+    if "manifest" in settings:
+        source = ShardSource(
+            options.data, options.shard_cache or default_shard_cache(), conn.send, conn.receive
+        )
+        dataset = shard_dataset(settings["manifest"], source)
+    else:
+        tokens = tensors["tokens"].astype(np.int32)
+        dataset = CharCorpus(settings["vocabulary"], tokens, tokens[:0], "shepherd")
+    return executor, dataset, settings
 
 
 @dataclass
@@ -235,8 +245,8 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         if not isinstance(setup, Setup):
             raise JoinRefused(f"expected the program, got {type(setup).__name__}")
         try:
-            executor, corpus, settings = load_setup(setup, options, backend)
-        except JoinRefused as error:
+            executor, corpus, settings = load_setup(setup, options, backend, conn)
+        except (JoinRefused, DataError) as error:
             conn.send(Failure(str(error)))
             raise
         conn.send(Ready())

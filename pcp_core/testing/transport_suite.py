@@ -45,6 +45,8 @@ def sample_messages() -> list[Any]:
         messages.Heartbeat(),
         messages.Seal(b"\x01seal" * 6),
         messages.Ready(),
+        messages.ShardRequest("train-00001.bin"),
+        messages.ShardData("train-00001.bin", 4096, 8192, [tensors[1]]),
         messages.Stop("done"),
         messages.Failure("it broke"),
     ]

@@ -7,7 +7,7 @@ from pcp_capnp_tcp.network import connect, listen
 from pcp_core import hookimpl
 from pcp_core.transport import Transport
 
-PCP_PLUGIN_API = 3  # the pcp_core.PLUGIN_API this plugin is written for
+PCP_PLUGIN_API = 4  # the pcp_core.PLUGIN_API this plugin is written for
 
 TRANSPORT = Transport(
     name="capnp-tcp",

@@ -29,6 +29,8 @@ struct Frame {
     heartbeat @15 :Heartbeat;
     seal @16 :Seal;
     ready @17 :Ready;
+    shardRequest @18 :ShardRequest;
+    shardData @19 :ShardData;
   }
   tensors @11 :List(TensorHeader);
 }
@@ -110,6 +112,16 @@ struct Delta {
 struct Heartbeat {}
 
 struct Ready {}
+
+struct ShardRequest {
+  name @0 :Text;
+}
+
+struct ShardData {
+  name @0 :Text;
+  offset @1 :UInt64;
+  size @2 :UInt64;
+}
 
 struct Seal {
   mac @0 :Data;

@@ -24,6 +24,8 @@ from pcp_core.messages import (
     Result,
     Seal,
     Setup,
+    ShardData,
+    ShardRequest,
     Stop,
     Tensor,
     Welcome,
@@ -60,6 +62,8 @@ SAMPLES = {
     Heartbeat: Heartbeat(),
     Seal: Seal(b"\x00seal\xff" * 4),
     Ready: Ready(),
+    ShardRequest: ShardRequest("train-00003.bin"),
+    ShardData: ShardData("train-00003.bin", 2**33, 2**34, tensors=sample_tensors()[3:4]),
     Stop: Stop(),
     Failure: Failure("out of device memory"),
 }

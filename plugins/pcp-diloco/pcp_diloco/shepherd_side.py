@@ -129,6 +129,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
         "bytes_sent": state.bytes_sent,
         "bytes_received": state.bytes_received,
         "setup_bytes": shepherd.setup_bytes,
+        **shepherd.shards_served(),
         "model_bytes": int(sum(p.nbytes for p in params)),
         "shepherd_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
