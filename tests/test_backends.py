@@ -66,7 +66,7 @@ import sys
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
 
-PCP_PLUGIN_API = 3
+PCP_PLUGIN_API = 4
 
 def detect_arch({parameters}):
     print(f"detect_arch was asked about device {asked}", file=sys.stderr)

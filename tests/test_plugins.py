@@ -15,7 +15,7 @@ GOOD = """
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
 
-PCP_PLUGIN_API = 3
+PCP_PLUGIN_API = 4
 
 @hookimpl
 def pcp_register_backends(register):
@@ -28,7 +28,7 @@ DUPLICATE = """
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
 
-PCP_PLUGIN_API = 3
+PCP_PLUGIN_API = 4
 
 @hookimpl
 def pcp_register_backends(register):
@@ -82,12 +82,12 @@ def test_strict_mode_fails_on_broken_plugin(site: Path) -> None:
 def test_plugin_for_another_api_is_listed_not_loaded(
     site: Path, declaration: str, reason: str
 ) -> None:
-    source = GOOD.replace("PCP_PLUGIN_API = 3", declaration).replace('"fake"', '"future"')
+    source = GOOD.replace("PCP_PLUGIN_API = 4", declaration).replace('"fake"', '"future"')
     install_fake_plugin(site, "pcp-future", "pcp_future", source)
     records = listed(run_pcp("plugins", "--json", env=plugin_env(site)))
     assert records["pcp-future"]["registered"] == []
     assert reason in records["pcp-future"]["errors"][0]
-    assert "plugin API 3" in records["pcp-future"]["errors"][0]
+    assert "plugin API 4" in records["pcp-future"]["errors"][0]
     result = run_pcp("train", "--backend", "future", env=plugin_env(site))
     assert result.returncode == 2 and "unknown backend 'future'" in result.stderr
 

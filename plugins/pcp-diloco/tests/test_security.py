@@ -183,7 +183,7 @@ UNCOMPILABLE = """
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
 
-PCP_PLUGIN_API = 3
+PCP_PLUGIN_API = 4
 
 @hookimpl
 def pcp_register_backends(register):

@@ -32,7 +32,7 @@ from importlib import resources
 from pcp_core import hookimpl
 from pcp_core.backends import Backend, iree_device_dump, run_quietly
 
-PCP_PLUGIN_API = 3  # the pcp_core.PLUGIN_API this plugin is written for
+PCP_PLUGIN_API = 4  # the pcp_core.PLUGIN_API this plugin is written for
 
 NEWEST_SUPPORTED = (8, 9)  # the newest compute capability IREE 3.13 emits code for
 FALLBACK = "sm_80"

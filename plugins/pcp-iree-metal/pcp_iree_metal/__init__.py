@@ -10,7 +10,7 @@ import platform
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
 
-PCP_PLUGIN_API = 3  # the pcp_core.PLUGIN_API this plugin is written for
+PCP_PLUGIN_API = 4  # the pcp_core.PLUGIN_API this plugin is written for
 
 
 def detect_arch(device: int = 0) -> str | None:

@@ -10,7 +10,7 @@ deterministic where the baseline was not.
 from pcp_core import hookimpl
 from pcp_core.backends import Backend, iree_device_dump
 
-PCP_PLUGIN_API = 3  # the pcp_core.PLUGIN_API this plugin is written for
+PCP_PLUGIN_API = 4  # the pcp_core.PLUGIN_API this plugin is written for
 
 BASELINE = "vp_android_baseline_2022"
 VENDOR_TARGETS = {
