@@ -61,13 +61,24 @@ SIZES = {
         "steps_per_call": 10,
         "calls": 5,
     },
+    # GPT-2 small (124M parameters with GPT-2's vocabulary, padded to 50304) at batch 8:
+    # the tokens per step of gpt-b32, four times the context
+    "gpt2-small": {
+        "model": {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024},
+        "vocab_size": 50304,
+        "batch_size": 8,
+        "steps_per_call": 4,
+        "calls": 3,
+    },
 }
 
 
 def build(size: dict, corpus: data.CharCorpus, precision: str, steps_per_call: int):
     import pcp_adamw
 
-    config = nanogpt.MODEL.config({**size["model"], "vocab_size": corpus.vocab_size})
+    # a size may set a vocabulary larger than the corpus's: its batches use part of it
+    vocab_size = size.get("vocab_size", corpus.vocab_size)
+    config = nanogpt.MODEL.config({**size["model"], "vocab_size": vocab_size})
     program = build_train_program(
         nanogpt.MODEL,
         config,
@@ -211,6 +222,9 @@ def main() -> None:
         parser.error("--compile-only needs --vmfb-dir")
     if args.backend == "cpu" and not args.system_malloc:
         retain_freed_memory()
+    # IREE and XLA share the GPU in this process: XLA must not take 75% of it up front
+    # (its default), or a GPT-2-sized IREE step (27 GB of transients) cannot allocate.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     backend = plugins.host().backend(args.backend)
     if args.extra_flag:
         backend = dataclasses.replace(backend, extra_flags=(*backend.extra_flags, *args.extra_flag))
