@@ -3,10 +3,12 @@
 nox -l                   # every session, the combination matrix included
 nox -t cpu               # one slice: the CPU environment and its combinations (or vulkan,
                          #   cuda, rocm, metal, xla, matrix, plugins, authoring, install)
-nox -s lint tests        # the quick pair for iterating
+nox -s lint tests        # ruff and the core's tests, slow ones included
+nox -s tests -- tests    # the core's quick tests only, for iterating
 nox -s "plugin(pcp-adamw)"
 
-- lint, tests: ruff; the core's tests (`tests/`), with every package installed editable.
+- lint, tests: ruff; the core's tests (`tests/`, slow ones included), with every package
+  installed editable.
 - plugin(NAME): one package with only what its pyproject declares (dependencies and its
   `test` extra) on top of pcp-core without its standard plugins, all its tests, slow ones
   included: a dependency missing from a pyproject fails here.
@@ -131,9 +133,11 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON, tags=["tests"])
 def tests(session: nox.Session) -> None:
-    """The core's tests; `nox -s tests -- ARGS` passes ARGS to pytest."""
+    """The core's tests, slow ones included; `nox -s tests -- ARGS` passes ARGS to pytest
+    instead (`nox -s tests -- tests`: the quick ones)."""
     session.install("-r", "requirements-dev.txt")
-    session.run("python", "-m", "pytest", "-q", *(session.posargs or ["tests"]))
+    everything = ["-m", "slow or not slow", "tests"]
+    session.run("python", "-m", "pytest", "-q", *(session.posargs or everything))
 
 
 @nox.session(python=PYTHON, tags=["plugins"], reuse_venv=False)  # nothing left from before
