@@ -213,11 +213,15 @@ class Admission:
             assigned = self._send_setup(link, artifact)
             loaded = live.receive()  # loading may take a while (XLA compiles): heartbeats
             while isinstance(loaded, ShardRequest):
+                # each of its shards once: a worker cannot make it send a shard twice
                 self._serve_shard(link, loaded, assigned)
+                assigned.pop(loaded.name)
                 loaded = live.receive()
             if not isinstance(loaded, Ready):
                 reason = getattr(loaded, "reason", f"it sent {type(loaded).__name__}")
-                log.warning("worker could not load the program", worker=link.label, reason=reason)
+                log.warning(
+                    "worker could not load its program or data", worker=link.label, reason=reason
+                )
                 self.release_index(index)
                 live.close()
                 return None

@@ -495,7 +495,10 @@ def worker(
     if tls_ca is not None and not tls_ca.is_file():
         fail(f"--tls-ca {tls_ca}: no such file")
     if data is not None and not (data / "manifest.json").is_file():
-        fail(f"--data {data}: no manifest.json there; make one with `pcp data prepare`")
+        fail(
+            f"--data {data}: not a dataset directory (no manifest.json); "
+            "make one with `pcp data prepare INPUT... -o DIR`"
+        )
     if restarts > 0:
         from pcp_core.malloc import retaining_env
         from pcp_core.supervisor import Supervisor

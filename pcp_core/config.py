@@ -46,7 +46,9 @@ def parse_model_settings(text: str | None) -> dict[str, int]:
 @dataclass
 class RunConfig:
     # what to run
-    backend: str = _opt("cpu", "Hardware backend (see `pcp plugins`).")
+    backend: str = _opt(
+        "cpu", "Hardware backend (see `pcp plugins`); a shepherd validates on it."
+    )
     algorithm: str = _opt("local", "Training algorithm: `local` (one process) or `diloco`.")
     model: str = _opt("nanogpt", "Model to train.")
     optimizer: str = _opt("adamw", "Inner optimizer, compiled into the device program.")

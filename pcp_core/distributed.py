@@ -164,6 +164,7 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: dict[str, Any]) ->
     else the algorithm's worker side reads.
     """
     config = ctx.config
+    setup.evaluator.require_device()  # validation runs on the shepherd's --backend
     endpoint = ctx.endpoint or open_endpoint(config, ctx.plugins, ctx.local_workers)
     secret = endpoint.secret or generated_secret(ctx.run_dir, announce=not ctx.local_workers)
     listener = endpoint.listener

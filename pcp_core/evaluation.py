@@ -30,6 +30,10 @@ class Evaluator:
         self.build, self.backend, self.arch, self.device = build, backend, arch, device
         self._executor: Executor | None = None
 
+    def require_device(self) -> None:
+        """DeviceError now, not at the first evaluation, if the device is not here."""
+        self.backend.runner().require_device(self.backend, self.device)
+
     def _loaded(self) -> Executor:
         if self._executor is None:
             program, runtime = self.build(), self.backend.runner()

@@ -26,6 +26,7 @@ FORMAT = "pcp-token-shards"
 VERSION = 1
 SPLITS = {"train": "train", "validation": "val"}  # split -> shard file prefix
 SHARD_NAME = re.compile(r"(train|val)-\d{5}\.bin")
+SHA256 = re.compile(r"[0-9a-f]{64}")  # a shard's hash names its file in a worker's cache
 
 
 def shard_name(split: str, index: int) -> str:
@@ -181,6 +182,8 @@ def parse_manifest(raw: Any, path: str = MANIFEST_NAME) -> Manifest:
     for shard in manifest.shards:
         if not SHARD_NAME.fullmatch(shard.name) or shard.split not in SPLITS:
             raise DataError(f"{path}: bad shard entry {shard.name!r} ({shard.split})")
+        if not SHA256.fullmatch(str(shard.sha256)):
+            raise DataError(f"{path}: shard {shard.name} has no valid sha256")
         if shard.tokens <= 0 or shard.nbytes != shard.tokens * itemsize:
             raise DataError(f"{path}: shard {shard.name} has {shard.nbytes} bytes for its tokens")
     for split in SPLITS:

@@ -100,6 +100,7 @@ def prepare(options: PrepareOptions, progress: ByteProgress | None = None) -> Ma
             f"the tokenizer has {tokenizer.vocab_size:,} tokens; a shard holds at most "
             f"{MAX_VOCAB:,} (uint32)"
         )
+    created = not options.output.exists()
     try:
         _clear_output(options.output)
         writers, splitter = _write_shards(options, tokenizer, reader, progress, total_bytes)
@@ -124,6 +125,10 @@ def prepare(options: PrepareOptions, progress: ByteProgress | None = None) -> Ma
         manifests.write_manifest(options.output, result)
     except OSError as error:  # reading errors are DataErrors already: this is the output
         raise DataError(f"cannot write {options.output}: {error.strerror or error}") from None
+    except BaseException:  # e.g. too little text: leave no empty directory behind
+        if created and options.output.is_dir() and not any(options.output.iterdir()):
+            options.output.rmdir()
+        raise
     log.debug(
         "prepared",
         output=str(options.output),

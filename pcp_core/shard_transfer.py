@@ -27,6 +27,7 @@ from pcp_core.messages import ShardData, ShardRequest, Tensor
 log = structlog.get_logger(__name__)
 
 CHUNK_BYTES = 4 * 2**20  # one ShardData frame: small next to a model, big enough to stream
+CHUNK_FRAME_BYTES = CHUNK_BYTES + 64 * 2**10  # what a worker accepts per ShardData frame
 
 
 def training_shards(dataset: Any) -> dict[str, Path] | None:
@@ -88,11 +89,15 @@ def serve_shard(
     (the worker's share). Returns the bytes sent."""
     path = assigned.get(request.name)
     if path is None:
-        raise ValueError(f"asked for shard {request.name[:80]!r}, which it was not assigned")
+        raise ValueError(
+            f"asked for shard {request.name[:80]!r}, not one of its assigned shards left to send"
+        )
     size, sent, offset = path.stat().st_size, 0, 0
     with open(path, "rb") as file:
         while True:
             chunk = file.read(CHUNK_BYTES)
+            if not chunk and offset < size:
+                raise ValueError(f"shard {request.name} is shorter than it was ({path})")
             tensor = Tensor("bytes", np.frombuffer(chunk, dtype=np.uint8))
             sent += send(ShardData(request.name, offset, size, [tensor]))
             offset += len(chunk)
@@ -108,7 +113,7 @@ class ShardSource:
     local_dir: Path | None
     cache_dir: Path
     send: Callable[[Any], int]
-    receive: Callable[[], Any]
+    receive: Callable[..., Any]  # receive(max_frame_bytes=...)
     fetched: list[str] | None = None  # the shards it asked the shepherd for
 
     def obtain(self, entries: list[Shard]) -> dict[str, Path]:
@@ -135,29 +140,42 @@ class ShardSource:
         return cached
 
     def _fetch(self, entry: Shard, destination: Path) -> None:
-        destination.parent.mkdir(parents=True, exist_ok=True)
         partial = destination.with_name(f"{destination.name}.{os.getpid()}.part")
-        self.send(ShardRequest(entry.name))
-        digest, received = hashlib.sha256(), 0
-        with open(partial, "wb") as file:
-            while received < entry.nbytes or received == 0:
-                chunk = self.receive()
-                if not isinstance(chunk, ShardData) or chunk.name != entry.name:
-                    raise DataError(f"expected shard {entry.name}, got {type(chunk).__name__}")
-                if chunk.offset != received or chunk.size != entry.nbytes:
-                    raise DataError(f"shard {entry.name}: chunk out of order or of another size")
-                data = chunk.tensors[0].array.tobytes() if chunk.tensors else b""
-                if not data and received < entry.nbytes:
-                    raise DataError(f"shard {entry.name}: an empty chunk before the end")
-                file.write(data)
-                digest.update(data)
-                received += len(data)
-                if received >= entry.nbytes:
-                    break
-        if received != entry.nbytes or digest.hexdigest() != entry.sha256:
+        try:
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            with open(partial, "wb") as file:
+                self.send(ShardRequest(entry.name))
+                digest = self._receive_into(file, entry)
+            if digest != entry.sha256:
+                raise DataError(f"shard {entry.name} arrived damaged (sha256 mismatch)")
+            os.replace(partial, destination)
+        except OSError as error:
+            raise DataError(
+                f"cannot keep shard {entry.name} in {destination.parent}: "
+                f"{error.strerror or error}; choose another --shard-cache"
+            ) from None
+        finally:
             partial.unlink(missing_ok=True)
-            raise DataError(f"shard {entry.name} arrived damaged (size or sha256 mismatch)")
-        os.replace(partial, destination)
         assert self.fetched is not None
         self.fetched.append(entry.name)
         log.info("shard fetched", shard=entry.name, bytes=entry.nbytes)
+
+    def _receive_into(self, file: Any, entry: Shard) -> str:
+        """Write the shard's chunks to `file` as they come; returns their sha256."""
+        digest, received = hashlib.sha256(), 0
+        while True:
+            chunk = self.receive(max_frame_bytes=CHUNK_FRAME_BYTES)
+            if not isinstance(chunk, ShardData) or chunk.name != entry.name:
+                raise DataError(f"expected shard {entry.name}, got {type(chunk).__name__}")
+            if chunk.offset != received or chunk.size != entry.nbytes:
+                raise DataError(f"shard {entry.name}: chunk out of order or of another size")
+            data = chunk.tensors[0].array.tobytes() if chunk.tensors else b""
+            if not data and received < entry.nbytes:
+                raise DataError(f"shard {entry.name}: an empty chunk before the end")
+            received += len(data)
+            if received > entry.nbytes:
+                raise DataError(f"shard {entry.name}: more bytes than announced")
+            file.write(data)
+            digest.update(data)
+            if received == entry.nbytes:
+                return digest.hexdigest()

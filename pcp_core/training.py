@@ -10,7 +10,7 @@ import structlog
 from pcp_core import checkpoint
 from pcp_core.backends import Backend
 from pcp_core.config import RunConfig, to_dict
-from pcp_core.data import CharCorpus
+from pcp_core.data import Corpus
 from pcp_core.evaluation import Evaluator
 from pcp_core.footprint import Footprint, estimate, human_count
 from pcp_core.models import Model
@@ -25,7 +25,7 @@ class TrainingSetup:
     config: RunConfig
     model: Model
     model_config: dict[str, int]
-    corpus: CharCorpus
+    corpus: Corpus  # a text corpus (CharCorpus) or a prepared dataset (PreparedDataset)
     program: TrainProgram
     evaluator: Evaluator  # validation on the run's own backend (`--backend`)
 

@@ -83,14 +83,17 @@ class WorkerSession:
     settings: dict[str, Any]
 
     def batches(self, assignment: Assignment, call: int) -> tuple[np.ndarray, np.ndarray]:
-        """Deterministic batches from this worker's shard for this round."""
+        """Deterministic batches from this worker's shard for this round: the round's
+        piece of a shipped text corpus, or all of the prepared shards it was given (those
+        were shared out at the join)."""
+        shipped_whole = "manifest" not in self.settings
         return self.corpus.batches(
             "train",
             self.settings["steps_per_call"],
             self.settings["batch_size"],
             self.settings["block_size"],
             stream=(assignment.seed, assignment.round, self.index, call),
-            shard=(assignment.shard_index, assignment.shard_count),
+            shard=(assignment.shard_index, assignment.shard_count) if shipped_whole else (0, 1),
         )
 
 
@@ -163,9 +166,7 @@ def load_setup(
         [TensorSpec(n, tuple(s), d) for n, s, d in settings["param_specs"]],
         [TensorSpec(n, tuple(s), d) for n, s, d in settings["opt_specs"]],
     )
-    executor = runtime.open(artifact, backend, specs, options.device)
-    executor.set_opt_state([tensors[s.name] for s in specs.opt_specs])
-    if "manifest" in settings:
+    if "manifest" in settings:  # before the program: a wrong --data fails at once
         source = ShardSource(
             options.data, options.shard_cache or default_shard_cache(), conn.send, conn.receive
         )
@@ -173,6 +174,8 @@ def load_setup(
     else:
         tokens = tensors["tokens"].astype(np.int32)
         dataset = CharCorpus(settings["vocabulary"], tokens, tokens[:0], "shepherd")
+    executor = runtime.open(artifact, backend, specs, options.device)
+    executor.set_opt_state([tensors[s.name] for s in specs.opt_specs])
     return executor, dataset, settings
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from pcp_core import shard_transfer
 from pcp_core.data import DataError
-from pcp_core.manifest import Shard
+from pcp_core.manifest import Manifest, Shard
 from pcp_core.messages import ShardData, ShardRequest, Tensor
 from pcp_core.shard_transfer import ShardSource, assign_shards, serve_shard
 
@@ -43,7 +43,8 @@ class Pipe:
         self.inbox.append(message)
         return message.tensors[0].array.nbytes
 
-    def receive(self) -> ShardData:
+    def receive(self, max_frame_bytes: int | None = None) -> ShardData:
+        assert max_frame_bytes == shard_transfer.CHUNK_FRAME_BYTES
         return self.inbox.pop(0)
 
 
@@ -65,9 +66,9 @@ def test_a_shard_streams_in_chunks_into_the_cache_and_is_fetched_once(
 
 def test_the_shepherd_refuses_a_shard_it_did_not_assign(tmp_path: Path) -> None:
     path, shard = shard_file(tmp_path, "train-00000.bin", 100)
-    with pytest.raises(ValueError, match="not assigned"):
+    with pytest.raises(ValueError, match="not one of its assigned"):
         serve_shard(lambda m: 0, ShardRequest("train-00001.bin"), {shard.name: path})
-    with pytest.raises(ValueError, match="not assigned"):
+    with pytest.raises(ValueError, match="not one of its assigned"):
         serve_shard(lambda m: 0, ShardRequest("../manifest.json"), {shard.name: path})
 
 
@@ -76,7 +77,7 @@ def test_a_damaged_shard_is_refused_and_not_cached(tmp_path: Path) -> None:
     damaged = bytearray(path.read_bytes())
     damaged[5] ^= 1
     replies = [ShardData(shard.name, 0, 300, [Tensor("bytes", np.frombuffer(damaged, np.uint8))])]
-    source = ShardSource(None, tmp_path / "cache", lambda m: 0, lambda: replies.pop(0))
+    source = ShardSource(None, tmp_path / "cache", lambda m: 0, lambda **_: replies.pop(0))
     with pytest.raises(DataError, match="damaged"):
         source.obtain([shard])
     assert not any((tmp_path / "cache").iterdir())
@@ -91,3 +92,20 @@ def test_a_local_copy_is_checked_against_the_shepherds_hash(tmp_path: Path) -> N
         never.obtain([shard])
     with pytest.raises(DataError, match=r"no shard train-00009\.bin"):
         never.obtain([Shard("train-00009.bin", "train", 1, 2, "0" * 64)])
+
+
+def test_a_shard_hash_that_is_not_a_hash_is_refused_before_it_names_a_file(
+    tmp_path: Path,
+) -> None:
+    """A shepherd's manifest names cache files by sha256: "../x" must not get that far."""
+    _, shard = shard_file(tmp_path, "train-00000.bin", 300)
+    validation = Shard("val-00000.bin", "validation", 10, 20, "0" * 64)
+    manifest = Manifest(
+        '{"kind": "bytes"}', 256, "uint16", 0.1, 2**20, [shard, validation], [], 1.0
+    )
+    raw = manifest.to_dict()
+    raw["shards"][0]["sha256"] = "../../escaped"
+    source = ShardSource(None, tmp_path / "cache", lambda m: pytest.fail("fetched"), list)
+    with pytest.raises(DataError, match="no valid sha256"):
+        shard_transfer.shard_dataset(raw, source)
+    assert not (tmp_path / "cache").exists() and not (tmp_path.parent / "escaped").exists()
