@@ -46,9 +46,7 @@ def parse_model_settings(text: str | None) -> dict[str, int]:
 @dataclass
 class RunConfig:
     # what to run
-    backend: str = _opt(
-        "cpu", "Hardware backend (see `pcp plugins`); a shepherd validates on it."
-    )
+    backend: str = _opt("cpu", "Hardware backend (see `pcp plugins`); a shepherd validates on it.")
     algorithm: str = _opt("local", "Training algorithm: `local` (one process) or `diloco`.")
     model: str = _opt("nanogpt", "Model to train.")
     optimizer: str = _opt("adamw", "Inner optimizer, compiled into the device program.")
