@@ -45,6 +45,7 @@ from pcp_core.messages import (
     Welcome,
 )
 from pcp_core.registry import UnknownNameError
+from pcp_core.run_status import RunStatus
 from pcp_core.shard_transfer import (
     assign_shards,
     serve_shard,
@@ -90,6 +91,7 @@ class Admission:
     shard_bytes: int = 0  # the shards served to workers that did not have them
     shards_fetched: dict[int, list[str]] = field(default_factory=dict)  # by worker index
     stop_late: Callable[[], None] = lambda: None  # stops links that joined while closing
+    status: RunStatus = field(default_factory=lambda: RunStatus(log_progress=False))
     _programs: dict[tuple[str, str], "Future[Artifact]"] = field(default_factory=dict)
     _compile_lock: threading.Lock = field(default_factory=threading.Lock)
     _unproven: "collections.OrderedDict[int, Connection]" = field(
@@ -205,9 +207,19 @@ class Admission:
         live = LiveConnection(
             SealedConnection(conn, keys.shepherd_to_worker, keys.worker_to_shepherd)
         )
+        self.status.worker_joined(
+            index,
+            hello.worker_name,
+            hello.backend,
+            hello.arch,
+            conn.peer,
+            heard=lambda: live.last_heard,
+            restarting=hello.previous_index >= 0,
+        )
         try:
             conn.send(welcome)  # the last message in the clear: from here on all are sealed
             live.start_heartbeats(self.heartbeat_s)  # compiling may take minutes
+            self.status.worker_state(index, "compiling")
             artifact = self.program_for(backend, hello.arch)
             link = WorkerLink(index, live, hello)
             assigned = self._send_setup(link, artifact)
@@ -222,19 +234,23 @@ class Admission:
                 log.warning(
                     "worker could not load its program or data", worker=link.label, reason=reason
                 )
+                self.status.worker_state(index, "dead")
                 self.release_index(index)
                 live.close()
                 return None
         except CompileError as error:
+            self.status.worker_state(index, "dead")
             self.release_index(index)
             self._refuse(live, f"the shepherd cannot compile for this worker: {error}")
             live.close()
             return None
         except BaseException:
+            self.status.worker_state(index, "dead")
             self.release_index(index)
             live.close()
             raise
         log.info("worker joined", worker=link.label, peer=conn.peer)
+        self.status.worker_state(index, "ready")
         return link
 
     def _reserve_index(self, previous: int) -> int:

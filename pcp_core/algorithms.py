@@ -6,7 +6,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pcp_core.config import RunConfig
-from pcp_core.metrics import MetricsLog
+from pcp_core.metrics import Metrics
+from pcp_core.run_status import RunStatus
 
 
 class Progress(Protocol):
@@ -29,9 +30,12 @@ class SilentProgress:
 class RunContext:
     config: RunConfig
     run_dir: Path
-    metrics: MetricsLog
+    metrics: Metrics
     plugins: Any  # pcp_core.plugins.PluginHost
     progress: Progress = field(default_factory=SilentProgress)
+    # What the run is doing now, for the dashboard and the status endpoint: algorithms
+    # report worker and run states into it (the CLI passes the same object as `progress`).
+    status: RunStatus = field(default_factory=lambda: RunStatus(log_progress=False))
     # True for the one-command form: the algorithm starts its own local workers.
     local_workers: bool = False
     # True for `--resume RUN_DIR`: continue from the run directory's last good checkpoint.

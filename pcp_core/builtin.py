@@ -1,4 +1,4 @@
-"""PCP's own model, dataset and algorithm, registered through the same hooks as plugins."""
+"""PCP's own model, dataset, algorithm and metrics writer, registered as plugins are."""
 
 from pcp_core.hookspecs import hookimpl
 
@@ -22,3 +22,10 @@ def pcp_register_algorithms(register) -> None:
     from pcp_core.local import LOCAL
 
     register(LOCAL)
+
+
+@hookimpl
+def pcp_register_metric_sinks(register) -> None:
+    from pcp_core.metrics import JSONL
+
+    register(JSONL)

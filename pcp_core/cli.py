@@ -64,17 +64,32 @@ def fail(message: str, code: int = exit_codes.CONFIGURATION) -> None:
     raise typer.Exit(code)
 
 
-def configure_logging(verbose: bool) -> None:
+LOG_FORMATS = ("auto", "console", "json")
+
+
+def configure_logging(verbose: bool, log_format: str = "auto") -> None:
+    """Pretty lines on a terminal, JSON lines otherwise (`auto`), or as asked.
+
+    `$PCP_LOG_FORMAT` gives the default, so the processes a run starts (its local
+    workers) log the same way.
+    """
     level = logging.DEBUG if verbose else logging.INFO
+    if log_format == "auto":
+        log_format = "console" if sys.stderr.isatty() else "json"
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if log_format == "json"
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
     structlog.configure(
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        # Looked up per message, so logs go wherever stderr points now (the progress bar
+        # Looked up per message, so logs go wherever stderr points now (the dashboard
         # redirects it while it is shown).
         logger_factory=lambda *args: structlog.PrintLogger(sys.stderr),
         processors=[
             structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="%H:%M:%S"),
-            structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
+            structlog.processors.TimeStamper(fmt="iso" if log_format == "json" else "%H:%M:%S"),
+            renderer,
         ],
     )
 
@@ -94,6 +109,18 @@ RESUME_OPTION = _option(
         help="Continue the run in RUN_DIR from its last intact checkpoint, with its "
         "config.toml (flags given here win, e.g. a larger --steps).",
         metavar="RUN_DIR",
+    ),
+)
+
+DASHBOARD_OPTION = _option(
+    "dashboard",
+    Optional[bool],  # noqa: UP045
+    typer.Option(
+        None,
+        "--dashboard/--no-dashboard",
+        help="Show the live dashboard (workers, losses, throughput) instead of log lines. "
+        "Default: on when stderr is a terminal.",
+        show_default=False,
     ),
 )
 
@@ -182,23 +209,26 @@ def run_algorithm(
     local_workers: bool,
     resume: bool = False,
     overwrite: bool = False,
+    dashboard: bool | None = None,
 ) -> dict[str, Any]:
     """Run the configured algorithm into a run directory; shared by train and shepherd.
 
     With `local_workers`, a distributed algorithm starts its own workers on this machine;
     with `resume`, it continues the run in `config.out` from its checkpoint. A directory
     that already holds a run is refused unless `resume` or `overwrite` (which deletes
-    the earlier run's files once every check has passed).
+    the earlier run's files once every check has passed). `dashboard` (default: when
+    stderr is a terminal) shows the live dashboard instead of progress log lines.
     """
     from pcp_core.algorithms import RunContext
     from pcp_core.metrics import (
-        MetricsLog,
         earlier_run,
         new_run_dir,
+        open_metrics,
         remove_earlier_run,
         write_json,
     )
-    from pcp_core.progress import RichProgress
+    from pcp_core.run_status import RunStatus
+    from pcp_core.status_server import serving
 
     host = plugins.host()
     algorithm = host.algorithm(config.algorithm)
@@ -216,34 +246,50 @@ def run_algorithm(
         for name in sorted(set(config.local_worker_backends())):
             backend = host.backend(name)
             backend.runner().require_device(backend, config.device)
-    endpoint = None
-    if algorithm.worker_round is not None:  # the secret, TLS files and port, bound now
-        from pcp_core.distributed import open_endpoint
+    if dashboard is None:
+        dashboard = sys.stderr.isatty()
+    status = RunStatus(log_progress=not dashboard)
+    status.describe(algorithm=config.algorithm, backend=config.backend, run_dir=str(run_dir))
+    with contextlib.ExitStack() as stack:
+        if algorithm.worker_round is not None:  # the secret, TLS files and port, bound now
+            from pcp_core.distributed import open_endpoint
 
-        endpoint = open_endpoint(config, host, local_workers)
-    try:
+            endpoint = open_endpoint(config, host, local_workers)
+            stack.callback(endpoint.close)
+        else:
+            endpoint = None
+        stack.enter_context(serving(status, config.status_host, config.status_port))
         if overwrite:
             remove_earlier_run(run_dir)
         start_run_dir(run_dir, config)
-        metrics = MetricsLog(run_dir / "metrics.jsonl")
-        with RichProgress() as progress:
-            ctx = RunContext(
-                config=config,
-                run_dir=run_dir,
-                metrics=metrics,
-                plugins=host,
-                progress=progress,
-                local_workers=local_workers,
-                resume=resume,
-                endpoint=endpoint,
-            )
-            try:
-                summary = algorithm.run(ctx)
-            finally:
-                metrics.close()
-    finally:
-        if endpoint is not None:
-            endpoint.close()
+        metrics = open_metrics(
+            host.metric_sinks(), run_dir, run_config.to_dict(config), (status.record,)
+        )
+        stack.callback(metrics.close)
+        if dashboard:
+            from pcp_core.dashboard import Dashboard
+
+            stack.enter_context(Dashboard(status))
+        ctx = RunContext(
+            config=config,
+            run_dir=run_dir,
+            metrics=metrics,
+            plugins=host,
+            progress=status,
+            status=status,
+            local_workers=local_workers,
+            resume=resume,
+            endpoint=endpoint,
+        )
+        try:
+            summary = algorithm.run(ctx)
+        except KeyboardInterrupt:
+            status.set_state("interrupted")
+            raise
+        except BaseException as error:
+            status.set_state("failed", error=f"{type(error).__name__}: {error}")
+            raise
+        status.set_state("done")
     write_json(run_dir / "summary.json", summary)
     return summary | {"run_dir": str(run_dir)}
 
@@ -296,7 +342,9 @@ def run_or_explain(body: Callable[[], None]) -> None:
         fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
 
 
-def train(config: run_config.RunConfig, resume: Path | None, overwrite: bool) -> None:
+def train(
+    config: run_config.RunConfig, resume: Path | None, overwrite: bool, dashboard: bool | None
+) -> None:
     """Train a model: by default the small built-in GPT on the built-in corpus, on the CPU.
 
     Writes metrics.jsonl, summary.json, config.toml and checkpoint.safetensors to the run
@@ -305,16 +353,24 @@ def train(config: run_config.RunConfig, resume: Path | None, overwrite: bool) ->
     run_or_explain(
         lambda: report(
             run_algorithm(
-                config, local_workers=True, resume=resume is not None, overwrite=overwrite
+                config,
+                local_workers=True,
+                resume=resume is not None,
+                overwrite=overwrite,
+                dashboard=dashboard,
             )
         )
     )
 
 
-app.command("train")(with_run_config(train, extra=[RESUME_OPTION, OVERWRITE_OPTION]))
+app.command("train")(
+    with_run_config(train, extra=[RESUME_OPTION, OVERWRITE_OPTION, DASHBOARD_OPTION])
+)
 
 
-def shepherd(config: run_config.RunConfig, resume: Path | None, overwrite: bool) -> None:
+def shepherd(
+    config: run_config.RunConfig, resume: Path | None, overwrite: bool, dashboard: bool | None
+) -> None:
     """Coordinate a distributed run: wait for --workers to join, then drive the rounds.
 
     Start workers elsewhere with `pcp worker --connect HOST:PORT --backend NAME`. Listening
@@ -326,7 +382,11 @@ def shepherd(config: run_config.RunConfig, resume: Path | None, overwrite: bool)
             fail(f"algorithm {config.algorithm!r} is not distributed; use --algorithm diloco")
         report(
             run_algorithm(
-                config, local_workers=False, resume=resume is not None, overwrite=overwrite
+                config,
+                local_workers=False,
+                resume=resume is not None,
+                overwrite=overwrite,
+                dashboard=dashboard,
             )
         )
 
@@ -335,7 +395,9 @@ def shepherd(config: run_config.RunConfig, resume: Path | None, overwrite: bool)
 
 app.command("shepherd")(
     with_run_config(
-        shepherd, defaults={"algorithm": "diloco"}, extra=[RESUME_OPTION, OVERWRITE_OPTION]
+        shepherd,
+        defaults={"algorithm": "diloco"},
+        extra=[RESUME_OPTION, OVERWRITE_OPTION, DASHBOARD_OPTION],
     )
 )
 
@@ -591,15 +653,28 @@ def plugin_new(
 
 
 @app.callback()
-def setup(verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging.")) -> None:
-    configure_logging(verbose)
+def setup(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+    log_format: str = typer.Option(
+        os.environ.get("PCP_LOG_FORMAT", "auto"),
+        "--log-format",
+        help="Log lines as auto (pretty on a terminal, JSON lines otherwise), console or "
+        "json; $PCP_LOG_FORMAT sets the default.",
+        metavar="auto|console|json",
+    ),
+) -> None:
+    if log_format not in LOG_FORMATS:
+        fail(f"--log-format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
+    os.environ["PCP_LOG_FORMAT"] = log_format  # the processes this one starts log alike
+    configure_logging(verbose, log_format)
 
 
 def main() -> None:
     # JAX (the shepherd's export and validation) must not take 75% of a GPU that IREE
     # workers on the same machine need: allocate on demand.
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    configure_logging(verbose=False)  # before discovery, so its warnings go to stderr
+    log_format = os.environ.get("PCP_LOG_FORMAT", "auto")  # before discovery: its warnings
+    configure_logging(False, log_format if log_format in LOG_FORMATS else "auto")
     try:
         host = plugins.host()
     except plugins.PluginLoadError as error:

@@ -132,6 +132,15 @@ class RunConfig:
     tls_cert: Path | None = _opt(None, "TLS certificate (PEM) the shepherd presents.")
     tls_key: Path | None = _opt(None, "TLS private key (PEM) for --tls-cert.")
     tls_ca: Path | None = _opt(None, "CA (PEM) local workers use to verify --tls-cert.")
+    # watching a run
+    status_port: int | None = _opt(
+        None,
+        "Serve /healthz, /status (JSON) and /metrics (Prometheus) on this port during the "
+        "run (0: any free port, logged; default: none). `pcp status HOST:PORT` reads it.",
+    )
+    status_host: str = _opt(
+        "127.0.0.1", "Address the status endpoint listens on (0.0.0.0: every interface)."
+    )
 
     def model_overrides(self) -> dict[str, int | None]:
         flags = {k: getattr(self, k) for k in ("n_layer", "n_head", "n_embd", "block_size")}
@@ -170,8 +179,10 @@ class RunConfig:
             if value is not None and value < (0 if name == "device" else 1):
                 raise ConfigError(f"{name} must be positive, got {value}")
         self._check_ranges()
-        if self.port is not None and not 0 <= self.port < 65536:
-            raise ConfigError(f"port must be in 0..65535, got {self.port}")
+        for name in ("port", "status_port"):
+            value = getattr(self, name)
+            if value is not None and not 0 <= value < 65536:
+                raise ConfigError(f"{name} must be in 0..65535, got {value}")
         if self.warmup_steps < 0 or self.eval_every < 0:
             raise ConfigError("warmup_steps and eval_every must not be negative")
         if self.precision not in PRECISIONS:

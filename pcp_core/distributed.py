@@ -176,6 +176,7 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: dict[str, Any]) ->
         settings=settings,
         heartbeat_s=heartbeat_interval(config.worker_timeout),
         serves=config.served(),
+        status=ctx.status,
     )
     limits = Limits(
         min_workers=config.min_workers,

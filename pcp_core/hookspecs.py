@@ -48,5 +48,10 @@ def pcp_register_datasets(register: Register) -> None:
 
 
 @hookspec
+def pcp_register_metric_sinks(register: Register) -> None:
+    """Register `pcp_core.metrics.MetricSink` objects: each run hands them every record."""
+
+
+@hookspec
 def pcp_register_commands(app: Any) -> None:
     """Add typer sub-commands or sub-apps to the `pcp` command-line app."""

@@ -12,6 +12,7 @@ go missing before a peer is declared dead), sent to the worker in the Welcome.
 """
 
 import threading
+import time
 
 import structlog
 
@@ -35,6 +36,7 @@ class LiveConnection:
         self.peer = conn.peer
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
+        self.last_heard = time.time()  # when the peer last said anything, heartbeats too
 
     @property
     def bytes_sent(self) -> int:
@@ -71,6 +73,7 @@ class LiveConnection:
         """The next message that is not a heartbeat."""
         while True:
             message = self.conn.receive(sink, max_frame_bytes)
+            self.last_heard = time.time()
             if not isinstance(message, Heartbeat):
                 return message
 

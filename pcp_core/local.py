@@ -25,8 +25,12 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
     backend, arch = resolve_backend(config, ctx.plugins)
     setup = prepare(config, ctx.plugins)
     program = setup.program
+    status = ctx.status
+    status.describe(model=config.model, parameters=program.parameter_count)
     runtime = backend.runner()
     runtime.require_device(backend, config.device)  # before compiling
+    status.worker_joined(0, "local", backend.name, arch, "this process")
+    status.worker_state(0, "compiling")
     artifact = runtime.build(program, backend, arch)
     executor = runtime.open(artifact.data, backend, program, config.device)
     params = setup.initial_params()
@@ -40,6 +44,7 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
     )
 
     ctx.progress.start(config.steps, f"training on {backend.name}")
+    status.worker_state(0, "training", inner_steps=config.steps)
     tokens_per_call = setup.tokens_per_step() * config.steps_per_call
     block = setup.model_config["block_size"]
     step, tokens, compute_s, val_loss = 0, 0, 0.0, None
@@ -49,7 +54,9 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
         )
         started = time.perf_counter()
         losses = executor.run(x, y)
-        compute_s += time.perf_counter() - started
+        call_s = time.perf_counter() - started
+        compute_s += call_s
+        status.worker_result(0, float(losses[-1]), config.steps_per_call, tokens_per_call, call_s)
         step += config.steps_per_call
         tokens += tokens_per_call
         record: dict[str, Any] = {
@@ -63,7 +70,9 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
             raise FloatingPointError(f"loss became {losses[-1]} at step {step}; lower --lr")
         if setup.evaluates_after(step, config.steps_per_call):
             params = executor.params()
+            status.set_state("evaluating", step=step)
             val_loss = setup.validation_loss(params)
+            status.set_state("training", step=step)
             record["val_loss"] = val_loss
             setup.save_checkpoint(ctx.run_dir, params, step)
         ctx.metrics.write(record)

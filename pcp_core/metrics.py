@@ -1,13 +1,24 @@
-"""The run directory: metrics.jsonl, summary.json, config.toml and checkpoints."""
+"""The run directory (metrics.jsonl, summary.json, config.toml, checkpoints) and the
+metric sinks every metrics record goes to.
+
+A metric sink is a plugin (`pcp_register_metric_sinks`): each run opens every installed
+sink in its run directory, and `Metrics` hands each record to all of them. The JSONL
+writer is one such sink, registered by the core like any plugin.
+"""
 
 import json
 import math
 import shutil
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, Protocol
+
+import structlog
+
+log = structlog.get_logger(__name__)
 
 
 def new_run_dir(root: Path = Path("runs")) -> Path:
@@ -63,10 +74,6 @@ class MetricsLog:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
         self._file: IO[str] = path.open("a", encoding="utf-8")
-        self.started = time.perf_counter()
-
-    def elapsed(self) -> float:
-        return time.perf_counter() - self.started
 
     def write(self, record: dict[str, Any]) -> None:
         self._file.write(json.dumps(finite_json(record), allow_nan=False) + "\n")
@@ -91,6 +98,96 @@ class MetricsLog:
 
     def close(self) -> None:
         self._file.close()
+
+
+class MetricWriter(Protocol):
+    """One run's writer of a metric sink. It may also have `keep_only(keep)`, called when
+    a run resumes: the records `keep` refuses are written again by the resumed run."""
+
+    def write(self, record: dict[str, Any]) -> None: ...
+
+    def close(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class MetricSink:
+    """What a `pcp_register_metric_sinks` hook registers: `open(run_dir, config)` returns
+    the `MetricWriter` of one run (config: the run's settings, as config.toml has them)."""
+
+    name: str
+    open: Callable[[Path, dict[str, Any]], MetricWriter]
+    description: str = ""
+
+
+JSONL = MetricSink(
+    name="jsonl",
+    open=lambda run_dir, config: MetricsLog(run_dir / "metrics.jsonl"),
+    description="metrics.jsonl in the run directory: one JSON object per record",
+)
+
+
+class Metrics:
+    """A run's metrics: every record goes to every open sink and to the observers (the
+    run's live status). A sink that fails is reported once and dropped, so a broken
+    plugin never stops training."""
+
+    def __init__(
+        self,
+        writers: dict[str, MetricWriter],
+        observers: tuple[Callable[[dict[str, Any]], None], ...] = (),
+    ) -> None:
+        self.writers = dict(writers)
+        self.observers = observers
+        self.started = time.perf_counter()
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def write(self, record: dict[str, Any]) -> None:
+        for observe in self.observers:
+            observe(record)
+        for name, writer in list(self.writers.items()):
+            self._guarded(name, writer.write, record)
+
+    def keep_only(self, keep: Callable[[dict[str, Any]], bool]) -> None:
+        for name, writer in list(self.writers.items()):
+            if hasattr(writer, "keep_only"):
+                self._guarded(name, writer.keep_only, keep)
+
+    def close(self) -> None:
+        for name, writer in list(self.writers.items()):
+            self._guarded(name, writer.close)
+        self.writers.clear()
+
+    def _guarded(self, name: str, call: Callable[..., None], *args: Any) -> None:
+        try:
+            call(*args)
+        except Exception as error:
+            if name == JSONL.name:  # the run's own record: losing it must not go unseen
+                raise
+            log.warning("metric sink failed; dropping it", sink=name, error=repr(error))
+            self.writers.pop(name, None)
+
+
+def open_metrics(
+    sinks: list[MetricSink],
+    run_dir: Path,
+    config: dict[str, Any],
+    observers: tuple[Callable[[dict[str, Any]], None], ...] = (),
+) -> Metrics:
+    """Open every sink for the run in `run_dir`; one that cannot open is reported and
+    left out (the JSONL writer excepted)."""
+    writers: dict[str, MetricWriter] = {}
+    for sink in sinks:
+        try:
+            writers[sink.name] = sink.open(run_dir, config)
+        except Exception as error:
+            if sink.name == JSONL.name:
+                raise
+            log.warning(
+                "metric sink could not open; leaving it out", sink=sink.name, error=repr(error)
+            )
+    return Metrics(writers, observers)
 
 
 def write_json(path: Path, data: dict[str, Any]) -> None:

@@ -32,6 +32,7 @@ REGISTRY_HOOKS: dict[str, str] = {
     "algorithm": "pcp_register_algorithms",
     "model": "pcp_register_models",
     "dataset": "pcp_register_datasets",
+    "metric_sink": "pcp_register_metric_sinks",
 }
 
 
@@ -197,6 +198,9 @@ class PluginHost:
 
     def dataset(self, name: str) -> Any:
         return self.registries["dataset"].get(name)
+
+    def metric_sinks(self) -> list[Any]:
+        return self.registries["metric_sink"].values()
 
 
 def _core_version() -> str:

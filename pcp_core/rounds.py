@@ -34,6 +34,7 @@ from pcp_core.aggregation import (
     check_result,
 )
 from pcp_core.messages import Assignment, Delta, Discard, Failure, Fetch, Result, Tensor
+from pcp_core.run_status import RunStatus
 from pcp_core.transport import TransportError
 
 log = structlog.get_logger(__name__)
@@ -63,6 +64,7 @@ class RoundPlan:
     assignments: dict[int, Assignment]  # worker index -> its assignment, tensors empty
     deadline_s: float | None  # None: set by the first report (see the module docstring)
     worker_timeout_s: float
+    status: RunStatus = field(default_factory=lambda: RunStatus(log_progress=False))
 
 
 def run_attempt(
@@ -96,7 +98,11 @@ def _collect_reports(
         assignment = plan.assignments[link.index]
         assignment.tensors = tensors
         link.conn.send(assignment)
+        plan.status.worker_state(
+            link.index, "training", plan.round, inner_steps=assignment.inner_steps
+        )
         reply = link.conn.receive()
+        plan.status.worker_state(link.index, "reporting", plan.round)
         if isinstance(reply, Failure):
             log.warning("worker failed", worker=link.label, reason=reply.reason)
             return None
@@ -128,6 +134,7 @@ def _collect_reports(
                 continue
             if result is None:
                 outcome.rejected[link.index] = "the worker reported a failure"
+                plan.status.worker_state(link.index, "ready", plan.round)
             else:
                 reports.append((link, result))
     return sorted(reports, key=lambda report: report[0].index)
@@ -196,6 +203,8 @@ def _refuse(link: WorkerLink, plan: RoundPlan, error: BadResult, outcome: RoundO
     except (TransportError, OSError):
         link.conn.close()
         outcome.lost.append(link)
+        return
+    plan.status.worker_state(link.index, "ready", plan.round)
 
 
 def _fetch(
@@ -228,6 +237,7 @@ def _fetch(
                 return
             total.add(arrays)
         outcome.results[link.index] = result
+        plan.status.worker_state(link.index, "ready", plan.round)
 
     if not accepted:
         return

@@ -125,6 +125,7 @@ class Shepherd:
     def _drop(self, link: WorkerLink) -> None:
         link.conn.close()
         if self.links.get(link.index) is link:
+            self.admission.status.worker_state(link.index, "dead")
             del self.links[link.index]
             self.admission.release_index(link.index)
 
@@ -160,6 +161,7 @@ class Shepherd:
                 assignments,
                 self._deadline(),
                 self.limits.worker_timeout_s,
+                self.admission.status,
             )
             total = RunningSum(delta_sum)
             outcome = run_attempt(plan, links, total, self._staging, self._bound)

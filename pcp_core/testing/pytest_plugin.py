@@ -5,6 +5,8 @@ It makes a plugin's tests strict and quick without any set-up in the plugin pack
   instead of becoming a line in `pcp plugins`;
 - one compile cache per test session (`PCP_CACHE_DIR`, unless set), so the suites
   compile each reference program once;
+- `PCP_LOG_FORMAT=console` unless set: the `pcp` processes a test starts write their logs
+  as `key=value` lines (not the JSON lines they write to a pipe), for tests to read;
 - the `pcp_host` fixture: the loaded plugin host (`pcp_host.optimizer("mine")`).
 
 The conformance suites are base classes: `from pcp_core.testing import
@@ -19,6 +21,7 @@ import pytest
 
 def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PCP_STRICT_PLUGINS", "1")
+    os.environ.setdefault("PCP_LOG_FORMAT", "console")
     if "PCP_CACHE_DIR" not in os.environ:
         factory = pytest.TempPathFactory.from_config(config, _ispytest=True)
         os.environ["PCP_CACHE_DIR"] = str(factory.mktemp("pcp-vmfb-cache"))

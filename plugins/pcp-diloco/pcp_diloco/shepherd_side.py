@@ -56,7 +56,10 @@ def run(ctx: RunContext) -> dict[str, Any]:
     record: dict[str, Any] = {}
 
     settings = {"algorithm": "diloco", "run_id": state.run_id}
+    status = ctx.status
+    status.describe(rounds=rounds, model=config.model, parameters=setup.program.parameter_count)
     with distributed.shepherd(ctx, setup, settings) as shepherd:
+        status.set_state("waiting for workers", workers=config.workers)
         shepherd.wait_for_workers(config.workers, config.join_timeout)
         ctx.progress.start(config.steps, f"diloco on {config.workers} workers")
         for index in range(state.next_round, rounds):
@@ -82,6 +85,14 @@ def run(ctx: RunContext) -> dict[str, Any]:
             worker_losses = {
                 str(w): float(np.mean(r.losses[-tail:])) for w, r in sorted(outcome.results.items())
             }
+            for worker, result in outcome.results.items():
+                status.worker_result(
+                    worker,
+                    worker_losses[str(worker)],
+                    config.inner_steps,
+                    tokens_per_round,
+                    result.compute_s,
+                )
             compute_s = max(r.compute_s for r in outcome.results.values())
             state.tokens += tokens_per_round * len(outcome.results)
             state.bytes_sent += outcome.bytes_sent
@@ -105,8 +116,10 @@ def run(ctx: RunContext) -> dict[str, Any]:
             }
             evaluate = setup.evaluates_after(step, config.inner_steps)
             if evaluate:
+                status.set_state("evaluating", round=index)
                 state.val_loss = setup.validation_loss(params)
                 record["val_loss"] = state.val_loss
+                status.set_state("training", round=index)
             if evaluate or state.next_round % config.checkpoint_every == 0:
                 setup.save_checkpoint(
                     ctx.run_dir, params, step, outer_step.state(), state.metadata()
