@@ -284,10 +284,10 @@ def run_algorithm(
         try:
             summary = algorithm.run(ctx)
         except KeyboardInterrupt:
-            status.set_state("interrupted")
+            status.set_state("interrupted", quiet=True)  # the CLI says it
             raise
-        except BaseException as error:
-            status.set_state("failed", error=f"{type(error).__name__}: {error}")
+        except BaseException:
+            status.set_state("failed", quiet=True)  # the CLI prints the error
             raise
         status.set_state("done")
     write_json(run_dir / "summary.json", summary)
@@ -593,6 +593,47 @@ def worker(
             fail(f"lost the shepherd: {error}", code=exit_codes.CRASHED)
 
     run_or_explain(body)
+
+
+@app.command("status")
+def status(
+    address: str = typer.Argument(..., help="A shepherd's status endpoint, HOST:PORT."),
+    as_json: bool = typer.Option(False, "--json", help="Print the raw /status JSON."),
+    watch: bool = typer.Option(False, "--watch", help="Keep redrawing it until Ctrl-C."),
+) -> None:
+    """Show a running shepherd's dashboard, read from its `--status-port` endpoint."""
+    import time
+    import urllib.error
+    import urllib.request
+
+    url = f"http://{address}/status" if "://" not in address else f"{address}/status"
+
+    def fetch() -> dict[str, Any]:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return json.loads(response.read())
+        except (urllib.error.URLError, OSError, ValueError) as error:
+            reason = getattr(error, "reason", error)
+            fail(f"no status at {url}: {reason} (is the run started with --status-port?)")
+            raise
+
+    from rich.console import Console
+
+    from pcp_core.dashboard import render
+
+    if as_json:
+        typer.echo(json.dumps(fetch(), indent=2))
+        return
+    console = Console()
+    if not watch:
+        console.print(render(fetch(), console.size.width))
+        return
+    from rich.live import Live
+
+    with contextlib.suppress(KeyboardInterrupt), Live(console=console) as live:
+        while True:
+            live.update(render(fetch(), console.size.width))
+            time.sleep(1.0)
 
 
 @app.command("plugins")

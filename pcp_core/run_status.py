@@ -6,6 +6,8 @@ readers take a `snapshot()`, a plain JSON-able dict made under the lock, so a re
 never holds up training for longer than a copy. Every change of a worker's or the run's
 state is also one structured log event, with the worker and the round bound in.
 `RunStatus` is also the run's `Progress` (start, update), so algorithms need nothing new.
+While a dashboard shows the run, progress lines stop and the states a worker goes through
+in every round (training, reporting, ready) are logged at debug level only.
 """
 
 import threading
@@ -73,7 +75,7 @@ class RunStatus:
 
     def __init__(self, log_progress: bool = True) -> None:
         self._lock = threading.Lock()
-        self.log_progress = log_progress  # progress lines (off while a dashboard shows it)
+        self.log_progress = log_progress  # off while a dashboard shows the run
         self._run: dict[str, Any] = {
             "state": "starting",
             "since": time.time(),
@@ -104,12 +106,14 @@ class RunStatus:
         with self._lock:
             self._info.update(info)
 
-    def set_state(self, state: str, **fields: Any) -> None:
+    def set_state(self, state: str, quiet: bool = False, **fields: Any) -> None:
+        """The run entered `state`; logged unless `quiet` (the caller says it otherwise)."""
         with self._lock:
             if self._run["state"] == state:
                 return
             self._run["state"], self._run["since"] = state, time.time()
-        log.info("run state", state=state, **fields)
+        if not quiet:
+            log.info("run state", state=state, **fields)
 
     def start(self, total_steps: int, description: str) -> None:
         with self._lock:
@@ -211,7 +215,9 @@ class RunStatus:
                 worker.inner_steps = fields.pop("inner_steps")
             name = worker.name
         extra = {"round": round} if round is not None else {}
-        log.info("worker state", worker=index, name=name, state=state, **extra, **fields)
+        in_round = round is not None and state in ("training", "reporting", "ready")
+        say = log.debug if in_round and not self.log_progress else log.info
+        say("worker state", worker=index, name=name, state=state, **extra, **fields)
 
     def worker_result(
         self, index: int, loss: float, steps: int, tokens: int, compute_s: float
