@@ -291,7 +291,7 @@ def check_wheel(session: nox.Session, path: Path) -> None:
 @nox.session(python=PYTHON, venv_backend="virtualenv", requires=["dist"], tags=["install"])
 def install(session: nox.Session) -> None:
     """What a user types, with pip, from dist/ into a fresh environment."""
-    session.install("--find-links", str(DIST), "pcp-core", "pcp-iree-rocm")
+    session.install("--find-links", str(DIST), "pcp-core", "pcp-iree-rocm", "pcp-tensorboard")
     session.chdir(tempfile.mkdtemp())
     session.run("pcp", "plugins")
     session.run("pcp", "compile", "--backend", "rocm", "-o", "train.vmfb")
@@ -306,3 +306,5 @@ def install(session: nox.Session) -> None:
         "pcp", "train", "--algorithm", "diloco", "--backend", "cpu", "--workers", "2",
         "--steps", "100", "--inner-steps", "50", "--out", "diloco-run",
     )  # fmt: skip
+    if not list(Path("diloco-run/tensorboard").glob("events.out.tfevents.*")):
+        session.error("pcp-tensorboard is installed, but the run wrote no TensorBoard events")
