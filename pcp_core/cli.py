@@ -22,6 +22,7 @@ import typer
 from pcp_core import config as run_config
 from pcp_core import exit_codes, plugins
 from pcp_core.cli_data import data_app
+from pcp_core.cli_plot import plot
 from pcp_core.registry import DuplicateNameError, UnknownNameError
 
 app = typer.Typer(
@@ -263,7 +264,7 @@ def run_algorithm(
             remove_earlier_run(run_dir)
         start_run_dir(run_dir, config)
         metrics = open_metrics(
-            host.metric_sinks(), run_dir, run_config.to_dict(config), (status.record,)
+            host.metric_sinks(), run_dir, run_config.to_dict(config), resume, (status.record,)
         )
         stack.callback(metrics.close)
         if dashboard:
@@ -291,6 +292,9 @@ def run_algorithm(
             raise
         status.set_state("done")
     write_json(run_dir / "summary.json", summary)
+    from pcp_core.plots import write_loss_png
+
+    write_loss_png(run_dir)
     return summary | {"run_dir": str(run_dir)}
 
 
@@ -666,6 +670,7 @@ plugin_app = typer.Typer(
 )
 app.add_typer(plugin_app, name="plugin")
 app.add_typer(data_app, name="data")
+app.command("plot")(plot)
 
 
 NEW_PLUGIN_HELP = (

@@ -34,7 +34,7 @@ def new_run_dir(root: Path = Path("runs")) -> Path:
 # What a run leaves in its directory: the first four mark it as a run (see
 # `earlier_run`); --overwrite removes them all, local workers' logs and saved state too.
 RUN_MARKERS = ("config.toml", "metrics.jsonl", "summary.json", "checkpoint*")
-RUN_FILES = (*RUN_MARKERS, "metrics.jsonl.partial", "summary.json.partial")
+RUN_FILES = (*RUN_MARKERS, "metrics.jsonl.partial", "summary.json.partial", "loss.png")
 RUN_FILES += ("worker-[0-9]*",)  # worker-N.log and worker-N/, the inner state
 
 
@@ -111,17 +111,19 @@ class MetricWriter(Protocol):
 
 @dataclass(frozen=True)
 class MetricSink:
-    """What a `pcp_register_metric_sinks` hook registers: `open(run_dir, config)` returns
-    the `MetricWriter` of one run (config: the run's settings, as config.toml has them)."""
+    """What a `pcp_register_metric_sinks` hook registers: `open(run_dir, config, resume)`
+    returns the `MetricWriter` of one run (config: the run's settings, as config.toml has
+    them; resume: the run continues the one in run_dir, else it is a new run there and
+    what a sink finds of an earlier one is stale)."""
 
     name: str
-    open: Callable[[Path, dict[str, Any]], MetricWriter]
+    open: Callable[[Path, dict[str, Any], bool], MetricWriter]
     description: str = ""
 
 
 JSONL = MetricSink(
     name="jsonl",
-    open=lambda run_dir, config: MetricsLog(run_dir / "metrics.jsonl"),
+    open=lambda run_dir, config, resume: MetricsLog(run_dir / "metrics.jsonl"),
     description="metrics.jsonl in the run directory: one JSON object per record",
 )
 
@@ -173,6 +175,7 @@ def open_metrics(
     sinks: list[MetricSink],
     run_dir: Path,
     config: dict[str, Any],
+    resume: bool,
     observers: tuple[Callable[[dict[str, Any]], None], ...] = (),
 ) -> Metrics:
     """Open every sink for the run in `run_dir`; one that cannot open is reported and
@@ -180,7 +183,7 @@ def open_metrics(
     writers: dict[str, MetricWriter] = {}
     for sink in sinks:
         try:
-            writers[sink.name] = sink.open(run_dir, config)
+            writers[sink.name] = sink.open(run_dir, config, resume)
         except Exception as error:
             if sink.name == JSONL.name:
                 raise

@@ -108,14 +108,12 @@ class TensorBoardWriter:
 
     The file is created by the run's first record, and starts by marking that record's
     step as a (re)start, as tensorboardX's `purge_step` does: TensorBoard drops what
-    earlier files hold from that step on. That is what a resumed run needs (the core
-    calls `keep_only`; its checkpoint is in the run directory before the run starts).
-    Any other run is a new one, and the event files already in the folder are those of
-    an earlier run it replaces (`--overwrite` removed the rest of that run): they are
-    removed.
+    earlier files hold from that step on. That is what a resumed run needs. Any other
+    run is a new one, and the event files already in the folder are those of an earlier
+    run it replaces (`--overwrite` removed the rest of that run): they are removed.
     """
 
-    def __init__(self, folder: Path, config: dict[str, Any]) -> None:
+    def __init__(self, folder: Path, config: dict[str, Any], resumed: bool) -> None:
         # here, not at the top: loading the plugin must stay cheap
         with hidden(UNUSED_BY_US):
             from tensorboardX.event_file_writer import EventsWriter
@@ -128,8 +126,7 @@ class TensorBoardWriter:
         self.folder = folder
         self.config = config
         self.writer: Any = None
-        # a new run or --overwrite has no checkpoint yet (the core removed the old one)
-        self.resumed = any(folder.parent.glob("checkpoint*"))
+        self.resumed = resumed
         self.records = 0
         self.last: tuple[float, float] | None = None  # (elapsed_s, tokens) of the last record
 
@@ -197,8 +194,8 @@ class TensorBoardWriter:
             self.writer = None
 
 
-def open_writer(run_dir: Path, config: dict[str, Any]) -> TensorBoardWriter:
-    return TensorBoardWriter(run_dir / FOLDER, config)
+def open_writer(run_dir: Path, config: dict[str, Any], resume: bool) -> TensorBoardWriter:
+    return TensorBoardWriter(run_dir / FOLDER, config, resume)
 
 
 TENSORBOARD = MetricSink(

@@ -96,7 +96,7 @@ def test_a_record_becomes_tagged_scalars() -> None:
 
 
 def test_the_writer_on_hand_made_records(tmp_path: Path) -> None:
-    writer = TENSORBOARD.open(tmp_path, {"algorithm": "diloco", "lr": 0.001})
+    writer = TENSORBOARD.open(tmp_path, {"algorithm": "diloco", "lr": 0.001}, False)
     first = {**ROUND, "round": 0, "step": 10, "tokens": 1280, "elapsed_s": 2.0}
     del first["val_loss"]
     second = {**ROUND, "round": 1, "step": 20, "tokens": 2560, "elapsed_s": 2.5, "loss": 2.4375}
@@ -120,9 +120,9 @@ def test_the_writer_on_hand_made_records(tmp_path: Path) -> None:
 def test_a_run_replacing_another_removes_it_and_a_resumed_one_continues_it(
     tmp_path: Path,
 ) -> None:
-    def run(steps: range, loss: float, keep_only: bool = False) -> None:
-        writer = TENSORBOARD.open(tmp_path, {})
-        if keep_only:  # what a resuming algorithm does before it writes
+    def run(steps: range, loss: float, resume: bool = False) -> None:
+        writer = TENSORBOARD.open(tmp_path, {}, resume)
+        if resume:  # what a resuming algorithm does before it writes
             writer.keep_only(lambda record: record["step"] < steps.start)
         for step in steps:
             writer.write({"step": step, "loss": loss})
@@ -134,10 +134,9 @@ def test_a_run_replacing_another_removes_it_and_a_resumed_one_continues_it(
     run(range(10, 50, 10), 3.0)  # steps 10..40
     run(range(20, 40, 10), 2.0)  # --overwrite: a new run into the same folder
     assert read(tmp_path / FOLDER)["loss/train"] == [(20, 2.0), (30, 2.0)] and files() == 1
-    run(range(30, 60, 10), 1.0, keep_only=True)  # --resume from a checkpoint at step 20
+    run(range(30, 60, 10), 1.0, resume=True)  # --resume from a checkpoint at step 20
     assert read(tmp_path / FOLDER)["loss/train"] == [(20, 2.0), (30, 1.0), (40, 1.0), (50, 1.0)]
-    (tmp_path / "checkpoint.safetensors").touch()  # --resume, told by the checkpoint alone
-    run(range(40, 70, 10), 0.5)
+    run(range(40, 70, 10), 0.5, resume=True)
     expected = [(20, 2.0), (30, 1.0), (40, 0.5), (50, 0.5), (60, 0.5)]
     assert read(tmp_path / FOLDER)["loss/train"] == expected and files() == 3
     assert read_as_the_server_does(tmp_path / FOLDER, "loss/train") == expected
@@ -155,7 +154,7 @@ import importlib.util, sys, tempfile
 from pathlib import Path
 from pcp_tensorboard import TENSORBOARD
 installed = importlib.util.find_spec("torch") is not None
-writer = TENSORBOARD.open(Path(tempfile.mkdtemp()), {})
+writer = TENSORBOARD.open(Path(tempfile.mkdtemp()), {}, False)
 writer.write({"step": 1, "loss": 1.0})
 writer.close()
 print("torch" in sys.modules, "boto3" in sys.modules)
