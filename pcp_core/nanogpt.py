@@ -84,6 +84,10 @@ def _layer_norm(x, weight, bias, eps: float = 1e-5):
     return _scale_shift()(centred * (1.0 / jnp.sqrt(variance + eps)), weight, bias)
 
 
+# Blocks of rows that `_column_sum` sums first (at most; a divisor of the row count).
+COLUMN_SUM_BLOCKS = 64
+
+
 def _column_sum(g):
     """The sum of `g` over every axis but the last, in two stages.
 
@@ -93,7 +97,7 @@ def _column_sum(g):
     a bf16 GPT step). Summing blocks of rows first gives it many independent columns.
     """
     rows = g.reshape(-1, g.shape[-1])
-    blocks = math.gcd(rows.shape[0], 64)
+    blocks = math.gcd(rows.shape[0], COLUMN_SUM_BLOCKS)
     return rows.reshape(blocks, -1, rows.shape[-1]).sum(axis=1).sum(axis=0)
 
 

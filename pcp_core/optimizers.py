@@ -48,8 +48,36 @@ def clipped(settings: InnerSettings, step: "GradientTransformation") -> "Gradien
     import optax
 
     if settings.grad_clip > 0:
-        return optax.chain(optax.clip_by_global_norm(settings.grad_clip), step)
+        return optax.chain(clip_by_global_norm(settings.grad_clip), step)
     return step
+
+
+def clip_by_global_norm(max_norm: float) -> "GradientTransformation":
+    """optax.clip_by_global_norm as a multiplication: every gradient times
+    min(1, max_norm / ‖g‖), so below the limit the gradients pass unchanged.
+
+    optax's form, `select(‖g‖ < max_norm, g, g / ‖g‖ · max_norm)`, chooses with a
+    scalar predicate, which IREE reads back to the host to pass to the update
+    dispatches: every step then waited for the GPU to finish the backward pass before
+    the optimizer could be recorded (about 7 ms of a 24 ms bf16 step on an H100 idle
+    between kernels). A scale factor stays on the device.
+    """
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    def update(updates, state, params=None):
+        del params
+        # The squared norms stacked, then summed: as one sum of the scalars (optax's
+        # global_norm) IREE fuses them into one dispatch that reads each from its own
+        # offset, and in an unrolled program those offsets outnumber the 64 push
+        # constants a CUDA dispatch may take.
+        leaves = jax.tree_util.tree_leaves(updates)
+        squares = jnp.stack([jnp.sum(jnp.square(t)) for t in leaves])
+        scale = jnp.minimum(1.0, max_norm / jnp.sqrt(jnp.sum(squares)))
+        return jax.tree_util.tree_map(lambda t: t * scale.astype(t.dtype), updates), state
+
+    return optax.GradientTransformation(optax.init_empty_state, update)
 
 
 class GradientTransformation(Protocol):

@@ -5,6 +5,7 @@ order, so the compiled program can keep them on the device between calls and bot
 ends of a wire agree on what each tensor is.
 """
 
+import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -113,7 +114,7 @@ def build_train_program(
         for path, leaf in opt_paths
     ]
 
-    def train_step(params_tuple, opt_tuple, inputs, targets):
+    def train_step(params_tuple, opt_tuple, inputs, targets, unroll=False):
         params = dict(zip(names, params_tuple, strict=True))
         opt_state = jax.tree_util.tree_unflatten(opt_treedef, opt_tuple)
 
@@ -124,7 +125,9 @@ def build_train_program(
             params = jax.tree_util.tree_map(jnp.add, params, updates)
             return (params, opt_state), loss
 
-        (params, opt_state), losses = jax.lax.scan(one_step, (params, opt_state), (inputs, targets))
+        (params, opt_state), losses = jax.lax.scan(
+            one_step, (params, opt_state), (inputs, targets), unroll=unroll
+        )
         return (
             tuple(params[n] for n in names),
             tuple(jax.tree_util.tree_leaves(opt_state)),
@@ -143,6 +146,14 @@ def build_train_program(
         (steps_per_call, batch_size, model_config["block_size"]),
         precision,
         init_opt_state=lambda params: [np.asarray(a) for a in init_opt(tuple(params))],
+        # IREE gets the K steps unrolled. As a loop, each pass copies every parameter and
+        # moment into the loop's buffers and records the step's command buffer anew;
+        # straight-line, the whole call is one command buffer that IREE records once
+        # and replays with each call's buffers (H100, gpt-b32: bf16 22.7 -> 18.0 ms a
+        # step, f32 44.8 -> 36.5; benchmarks/results/gpu/h100/bf16_trials_2026-11-23.md).
+        # XLA keeps the loop: it runs loops well, and the unrolled step took it minutes
+        # to compile. Both compute the same steps, op for op.
+        iree_step=functools.partial(train_step, unroll=True),
     )
 
 
@@ -197,9 +208,11 @@ def _exported(
     batch_shape: tuple[int, int, int],
     precision: str,
     init_opt_state: Callable[[list[np.ndarray]], list[np.ndarray]],
+    iree_step: Callable | None = None,
 ) -> TrainProgram:
     """`step(params, opt_state, inputs, targets)` jitted and exported for [K, batch,
-    block] token stacks."""
+    block] token stacks; `iree_step`, the same computation written for IREE, if given,
+    is what the StableHLO for IREE is made from."""
     import jax
     import jax.numpy as jnp
 
@@ -213,7 +226,7 @@ def _exported(
         jax.ShapeDtypeStruct(batch_shape, jnp.int32),
     )
     jitted = jax.jit(step)
-    exported = jax.export.export(jitted)(*arguments)
+    exported = jax.export.export(jax.jit(iree_step or step))(*arguments)
 
     def export_for(platform: str) -> Any:
         with jax.default_matmul_precision("highest" if precision == "f32" else None):

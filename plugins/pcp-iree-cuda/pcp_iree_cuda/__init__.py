@@ -24,6 +24,11 @@ Runtime flags, measured the same way (iree-benchmark-module, 10 steps a call):
   transient buffers instead of CUDA's stream-ordered pools: 27.2 -> 23.3 ms per bf16
   step, 85.6 -> 81.3 ms f32. (`--cuda_use_streams=false`, CUDA graphs, was slower:
   32.2 ms; `--cuda_allow_inline_execution` changed nothing.)
+  Since the program reaches IREE unrolled (pcp_core/program.py), a call is one command
+  buffer recorded once and replayed, and the GPU rather than the host sets the pace:
+  on the H100 bf16 step (2026-11-23) this flag gives 17.99 ms, async allocations 18.62,
+  CUDA graphs 17.93, inline execution 18.19 (benchmarks/results/gpu/h100/
+  bf16_trials_2026-11-23.md). It stays, as no other is clearly faster.
 """
 
 import os
