@@ -99,7 +99,7 @@ def compile_into(vmfb_dir: Path, name: str, precision: str, backend: Backend, ar
     corpus = data.load_text_file(None)
     for k in sorted({SIZES[name]["steps_per_call"], 1}):
         _, program = build(SIZES[name], corpus, precision, k)
-        compiled = compile_program(program.stablehlo, backend, arch)
+        compiled = compile_program(program.stablehlo_for(backend.unroll_steps), backend, arch)
         vmfb_dir.mkdir(parents=True, exist_ok=True)
         module_path(vmfb_dir, name, precision, backend, k).write_bytes(compiled.vmfb)
         print(f"compiled {name} {precision} K={k} for {backend.name} {arch}")

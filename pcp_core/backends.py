@@ -106,6 +106,10 @@ class Backend:
     runtime_flags: tuple[str, ...] = ()
     # The run precisions (pcp_core.precision) its target compiles.
     precisions: tuple[str, ...] = PRECISIONS
+    # Compile the K steps of a call straight-line instead of as a loop (TrainProgram.
+    # stablehlo_for): faster where the loop costs copies and re-recorded command
+    # buffers (GPUs), several times slower to compile.
+    unroll_steps: bool = False
     # What to install when the runtime driver or device is missing (one line).
     install_hint: str = ""
     # The architecture of a local device (see DetectArch), or None when it cannot tell.

@@ -13,7 +13,7 @@ class IreeRuntime:
     kind = "iree-vmfb"
 
     def build(self, program: Any, backend: Backend, arch: str) -> Artifact:
-        compiled = compile_program(program.stablehlo, backend, arch)
+        compiled = compile_program(program.stablehlo_for(backend.unroll_steps), backend, arch)
         return Artifact(
             self.kind, compiled.vmfb, compiled.sha256, backend.name, arch, compiled.cache_hit
         )

@@ -48,7 +48,7 @@ def conforming(arrays: list[Any], specs: list[TensorSpec]) -> list[np.ndarray]:
 class TrainProgram:
     """The exported program plus what callers need to feed it."""
 
-    stablehlo: str
+    stablehlo: str  # the K steps of a call as a loop
     param_specs: list[TensorSpec]
     opt_specs: list[TensorSpec]
     steps_per_call: int
@@ -59,6 +59,13 @@ class TrainProgram:
     # products at full precision as IREE computes them (pcp-xla ships it serialized).
     export: Callable[[str], Any]
     init_opt_state: Callable[[list[np.ndarray]], list[np.ndarray]]
+    # The same K steps straight-line, exported on first use (see `stablehlo_for`).
+    unrolled: Callable[[], str] | None = None
+
+    def stablehlo_for(self, unrolled: bool) -> str:
+        """The StableHLO an IREE backend compiles: the loop, or with `unrolled` (a
+        backend's `Backend.unroll_steps`) the steps straight-line, where there are any."""
+        return self.unrolled() if unrolled and self.unrolled is not None else self.stablehlo
 
     @property
     def parameter_count(self) -> int:
@@ -146,14 +153,15 @@ def build_train_program(
         (steps_per_call, batch_size, model_config["block_size"]),
         precision,
         init_opt_state=lambda params: [np.asarray(a) for a in init_opt(tuple(params))],
-        # IREE gets the K steps unrolled. As a loop, each pass copies every parameter and
-        # moment into the loop's buffers and records the step's command buffer anew;
-        # straight-line, the whole call is one command buffer that IREE records once
-        # and replays with each call's buffers (H100, gpt-b32: bf16 22.7 -> 18.0 ms a
-        # step, f32 44.8 -> 36.5; benchmarks/results/gpu/h100/bf16_trials_2026-11-23.md).
-        # XLA keeps the loop: it runs loops well, and the unrolled step took it minutes
-        # to compile. Both compute the same steps, op for op.
-        iree_step=functools.partial(train_step, unroll=True),
+        # The K steps unrolled, for the IREE backends that ask for it
+        # (`Backend.unroll_steps`). As a loop, on a GPU each pass copies every parameter
+        # and moment into the loop's buffers and records the step's command buffer anew;
+        # straight-line, the whole call is one command buffer that IREE records once and
+        # replays with each call's buffers (H100, gpt-b32: bf16 22.7 -> 18.0 ms a step,
+        # f32 44.8 -> 36.5; benchmarks/results/gpu/h100/bf16_trials_2026-11-23.md). It
+        # compiles several times slower (the default model for the CPU: 9 -> 50 s), so
+        # the CPU and XLA keep the loop. Both compute the same steps, op for op.
+        unrolled_step=functools.partial(train_step, unroll=True),
     )
 
 
@@ -208,11 +216,11 @@ def _exported(
     batch_shape: tuple[int, int, int],
     precision: str,
     init_opt_state: Callable[[list[np.ndarray]], list[np.ndarray]],
-    iree_step: Callable | None = None,
+    unrolled_step: Callable | None = None,
 ) -> TrainProgram:
     """`step(params, opt_state, inputs, targets)` jitted and exported for [K, batch,
-    block] token stacks; `iree_step`, the same computation written for IREE, if given,
-    is what the StableHLO for IREE is made from."""
+    block] token stacks; `unrolled_step`, the same computation without the loop, is
+    exported when a backend first asks for it."""
     import jax
     import jax.numpy as jnp
 
@@ -226,7 +234,12 @@ def _exported(
         jax.ShapeDtypeStruct(batch_shape, jnp.int32),
     )
     jitted = jax.jit(step)
-    exported = jax.export.export(jax.jit(iree_step or step))(*arguments)
+    exported = jax.export.export(jitted)(*arguments)
+
+    @functools.cache
+    def unrolled() -> str:
+        exported_unrolled = jax.export.export(jax.jit(unrolled_step))(*arguments)
+        return without_locations(exported_unrolled.mlir_module())
 
     def export_for(platform: str) -> Any:
         with jax.default_matmul_precision("highest" if precision == "f32" else None):
@@ -243,4 +256,5 @@ def _exported(
         jax_step=jitted,
         export=export_for,
         init_opt_state=init_opt_state,
+        unrolled=unrolled if unrolled_step is not None else None,
     )

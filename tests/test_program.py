@@ -32,12 +32,14 @@ def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
     return float(np.linalg.norm(actual - expected) / max(np.linalg.norm(expected), 1e-12))
 
 
-def train_side_by_side(corpus: data.CharCorpus, config, prog, rtol: float):
+def train_side_by_side(corpus: data.CharCorpus, config, prog, rtol: float, unrolled=False):
     """Three calls of `prog` through IREE on the CPU and through JAX from the same start,
-    their losses equal to `rtol`; returns the executor, JAX's state and IREE's losses."""
+    their losses equal to `rtol`; returns the executor, JAX's state and IREE's losses.
+    `unrolled`: IREE runs the steps straight-line (`Backend.unroll_steps`), JAX the loop."""
     import pcp_cpu
 
-    compiled = compile_program(prog.stablehlo, pcp_cpu.CPU, pcp_cpu.CPU.resolve_arch())
+    stablehlo = prog.stablehlo_for(unrolled)
+    compiled = compile_program(stablehlo, pcp_cpu.CPU, pcp_cpu.CPU.resolve_arch())
     executor = IreeExecutor(compiled.vmfb, "local-task", prog.param_specs, prog.opt_specs)
     params = list(nanogpt.init(config, seed=0).values())
     opt_state = prog.init_opt_state(params)
@@ -59,6 +61,15 @@ def test_iree_cpu_matches_jax(corpus: data.CharCorpus, program) -> None:
     for spec, ours, theirs in zip(prog.param_specs, executor.params(), jax_params, strict=True):
         assert relative_error(ours, np.asarray(theirs)) < 1e-4, spec.name
     for spec, ours, theirs in zip(prog.opt_specs, executor.opt_state(), jax_opt, strict=True):
+        assert relative_error(ours, np.asarray(theirs)) < 1e-4, spec.name
+
+
+def test_the_unrolled_steps_compute_what_the_loop_does(corpus: data.CharCorpus, program) -> None:
+    config, prog = program
+    assert "stablehlo.while" in prog.stablehlo
+    assert "stablehlo.while" not in prog.stablehlo_for(unrolled=True)
+    executor, jax_params, _, _ = train_side_by_side(corpus, config, prog, 1e-4, unrolled=True)
+    for spec, ours, theirs in zip(prog.param_specs, executor.params(), jax_params, strict=True):
         assert relative_error(ours, np.asarray(theirs)) < 1e-4, spec.name
 
 

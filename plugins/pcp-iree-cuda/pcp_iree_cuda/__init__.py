@@ -19,12 +19,18 @@ H200 (benchmarks/step_time.py --backend cuda; benchmarks/README.md has the table
   multi-reduction fusion, aggressive reshape movement and command-buffer memoization
   each compile to a byte-identical module.
 
+`unroll_steps=True`: the K steps of a call compiled straight-line, not as a loop
+(pcp_core/program.py): one command buffer a call, recorded once and replayed, without
+the loop's per-step copies of every parameter and moment. H100, gpt-b32 (2026-11-23):
+bf16 22.7 -> 18.0 ms a step, f32 44.8 -> 36.5 (benchmarks/results/gpu/h100/
+bf16_trials_2026-11-23.md); compiling takes several times longer.
+
 Runtime flags, measured the same way (iree-benchmark-module, 10 steps a call):
 - `--cuda_async_allocations=false`: IREE's own caching allocator for the step's
   transient buffers instead of CUDA's stream-ordered pools: 27.2 -> 23.3 ms per bf16
   step, 85.6 -> 81.3 ms f32. (`--cuda_use_streams=false`, CUDA graphs, was slower:
   32.2 ms; `--cuda_allow_inline_execution` changed nothing.)
-  Since the program reaches IREE unrolled (pcp_core/program.py), a call is one command
+  Since the program reaches IREE unrolled (`unroll_steps`, below), a call is one command
   buffer recorded once and replayed, and the GPU rather than the host sets the pace:
   on the H100 bf16 step (2026-11-23) this flag gives 17.99 ms, async allocations 18.62,
   CUDA graphs 17.93, inline execution 18.19 (benchmarks/results/gpu/h100/
@@ -82,6 +88,7 @@ CUDA = Backend(
     arch_flag="--iree-cuda-target={arch}",
     extra_flags=(f"--iree-codegen-transform-dialect-library={F32_MATMUL_SPEC}",),
     runtime_flags=("--cuda_async_allocations=false",),
+    unroll_steps=True,
     detect_arch=detect_arch,
     install_hint="install the NVIDIA driver (libcuda.so) and check `nvidia-smi` sees a GPU",
 )
