@@ -85,7 +85,7 @@ def _header(run: dict[str, Any]) -> Panel:
     if run.get("rounds"):
         shown = -1 if run["round"] is None else run["round"]
         facts.append(f"round {shown + 1}/{run['rounds']}   ")
-    facts.append(f"step {step:,}/{total:,}   ")
+    facts.append(f"step {step:,}/{total:,}   " if total else f"step {step:,}   ")
     facts.append(f"tokens {_count(run['tokens'])}   ")
     if run.get("tokens_per_s"):
         facts.append(f"{run['tokens_per_s']:,.0f} tok/s   ")
