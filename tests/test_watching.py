@@ -159,13 +159,16 @@ def free_port() -> int:
 
 @pytest.mark.slow
 def test_a_live_run_on_a_terminal(tmp_path: Path) -> None:
-    """A person's view: the dashboard on a 150x50 terminal, the endpoint, `pcp status`."""
+    """A person's view: the dashboard on a 150x50 terminal, the endpoint, `pcp status`,
+    then Ctrl-C."""
     import pexpect
     import pyte
 
     port, out = free_port(), tmp_path / "run"
     args = ["-m", "pcp_core", "train", "--algorithm", "diloco", "--workers", "2"]
-    args += ["--steps", "1000", "--inner-steps", "50", "--batch-size", "4", *TINY]
+    # far more rounds than the test watches: it ends the run with Ctrl-C once it has seen
+    # what it came for, so a fast machine cannot finish the run under its feet
+    args += ["--steps", "100000", "--inner-steps", "50", "--batch-size", "4", *TINY]
     args += ["--status-port", str(port), "--out", str(out)]
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "150", "LINES": "50"}
     env.pop("PCP_LOG_FORMAT")  # as a user has it: auto
@@ -206,12 +209,13 @@ def test_a_live_run_on_a_terminal(tmp_path: Path) -> None:
         printed = run_pcp("status", f"127.0.0.1:{port}", env={"COLUMNS": "150"})
         assert printed.returncode == 0 and "workers" in printed.stdout, printed.stderr
         assert printed.stdout.count("cpu/") == 2
-        run.expect(pexpect.EOF, timeout=300)
+        run.sendintr()  # Ctrl-C, as a person ends a run
+        run.expect(pexpect.EOF, timeout=120)
         stream.feed(run.before)
         final = "\n".join(screen.display)
     finally:
         run.close(force=True)
-    assert run.exitstatus == 0, final
-    assert "run summary" in final and "PCP · diloco" in final
+    assert run.exitstatus == 130, final
+    assert "interrupted" in final and "PCP · diloco" in final
     gone = run_pcp("status", f"127.0.0.1:{port}")
     assert gone.returncode == 2 and f"no status at http://127.0.0.1:{port}/status" in gone.stderr

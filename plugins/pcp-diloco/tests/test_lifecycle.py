@@ -105,6 +105,8 @@ def test_killed_worker_is_restarted_and_rejoins(
     lost = workers.index(1, killed_after)  # the round that went on without it
     assert 2 in workers[lost:], "the restarted worker never took part again"
     assert "worker crashed; restarting" in run.err() and "code=-9" in run.err()
+    # the shepherd's account of it, as the dashboard and /status show it
+    assert "state=dead" in run.err() and "state=restarting" in run.err(), run.err()[-3000:]
     logs = [(out / f"worker-{i}.log").read_text() for i in range(2)]
     assert sorted(log.count("joined") for log in logs) == [1, 2], logs
     assert all(log.count("reason=done") == 1 for log in logs), logs
