@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NoReturn, Optional
 
 import structlog
 import typer
@@ -60,7 +60,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     )
 
 
-def fail(message: str, code: int = exit_codes.CONFIGURATION) -> None:
+def fail(message: str, code: int = exit_codes.CONFIGURATION) -> NoReturn:
     typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
     raise typer.Exit(code)
 
@@ -619,7 +619,6 @@ def status(
         except (urllib.error.URLError, OSError, ValueError) as error:
             reason = getattr(error, "reason", error)
             fail(f"no status at {url}: {reason} (is the run started with --status-port?)")
-            raise
 
     from rich.console import Console
 

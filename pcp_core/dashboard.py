@@ -18,6 +18,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
+from pcp_core.footprint import human_bytes, human_count
 from pcp_core.run_status import RunStatus
 
 REFRESH_PER_S = 2
@@ -79,14 +80,14 @@ def _header(run: dict[str, Any]) -> Panel:
         str(x) for x in ("PCP", run.get("algorithm"), run.get("backend"), run.get("model")) if x
     )
     if run.get("parameters"):
-        title += f" · {_count(run['parameters'])} parameters"
+        title += f" · {human_count(run['parameters'])} parameters"
     step, total = run["step"], run["total_steps"]
     facts = Text()
     if run.get("rounds"):
         shown = -1 if run["round"] is None else run["round"]
         facts.append(f"round {shown + 1}/{run['rounds']}   ")
     facts.append(f"step {step:,}/{total:,}   " if total else f"step {step:,}   ")
-    facts.append(f"tokens {_count(run['tokens'])}   ")
+    facts.append(f"tokens {human_count(run['tokens'])}   ")
     if run.get("tokens_per_s"):
         facts.append(f"{run['tokens_per_s']:,.0f} tok/s   ")
     facts.append(f"elapsed {_duration(run['elapsed_s'])}   ")
@@ -144,13 +145,13 @@ def _communication(run: dict[str, Any]) -> Panel:
     compute, comm = last.get("compute_s") or 0.0, last.get("communication_s") or 0.0
     share = compute / (compute + comm) if compute + comm > 0 else 0.0
     text = Text()
-    text.append(f"last round: sent {_bytes(last.get('bytes_sent'))}, ")
-    text.append(f"received {_bytes(last.get('bytes_received'))}   ")
+    text.append(f"last round: sent {human_bytes(last.get('bytes_sent') or 0)}, ")
+    text.append(f"received {human_bytes(last.get('bytes_received') or 0)}   ")
     text.append(f"compute {compute:.2f}s", style="green")
     text.append(" / ")
     text.append(f"communication {comm:.2f}s", style="blue")
-    text.append(f"   all rounds: sent {_bytes(run['bytes_sent'])}, ")
-    text.append(f"received {_bytes(run['bytes_received'])}")
+    text.append(f"   all rounds: sent {human_bytes(run['bytes_sent'])}, ")
+    text.append(f"received {human_bytes(run['bytes_received'])}")
     bar = ProgressBar(total=100, completed=share * 100, complete_style="green", style="blue")
     return Panel(Group(text, bar), title="rounds: compute vs communication", title_align="left")
 
@@ -197,7 +198,8 @@ def braille_chart(
             bits = cells[row][column]
             chart.append(chr(BRAILLE_BASE + bits) if bits else " ", style=styles[row][column])
         chart.append("\n")
-    chart.append(" " * label_width + f"{_count(x0)}".ljust(columns - 8) + _count(x1).rjust(8))
+    first, last = human_count(int(x0)), human_count(int(x1))
+    chart.append(" " * label_width + first.ljust(columns - 8) + last.rjust(8))
     return chart
 
 
@@ -206,21 +208,6 @@ def braille_chart(
 
 def _number(value: float | None, form: str) -> str:
     return "" if value is None or not math.isfinite(value) else form.format(value)
-
-
-def _count(value: float) -> str:
-    for unit, size in (("G", 1e9), ("M", 1e6), ("K", 1e3)):
-        if abs(value) >= size:
-            return f"{value / size:.1f}{unit}"
-    return f"{value:.0f}"
-
-
-def _bytes(value: float | None) -> str:
-    value = value or 0
-    for unit, size in (("GB", 1e9), ("MB", 1e6), ("KB", 1e3)):
-        if value >= size:
-            return f"{value / size:.1f} {unit}"
-    return f"{value:.0f} B"
 
 
 def _duration(seconds: float | None) -> str:

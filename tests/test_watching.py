@@ -88,7 +88,7 @@ def test_the_dashboard_draws_the_run() -> None:
     dead = next(line for line in screen.splitlines() if "beta:2" in line)
     assert "dead" in dead and "vulkan/ampere" in dead
     assert "━ train 2.5000" in screen and "━ validation 2.6000" in screen
-    assert "last round: sent 860.0 KB, received 860.1 KB" in screen
+    assert "last round: sent 839.8 KiB, received 839.9 KiB" in screen
 
 
 def test_the_chart_draws_a_falling_line_from_top_left_to_bottom_right() -> None:
