@@ -144,12 +144,12 @@ def _attention(config: Mapping[str, int], params: Params, prefix: str, x, precis
     batch, time, width = x.shape
     heads = config["n_head"]
     qkv = _dense(params, prefix + "c_attn", x, precision)
-    q, k, v = jnp.split(qkv, 3, axis=-1)
-
-    def split_heads(t):
-        return t.reshape(batch, time, heads, width // heads).transpose(0, 2, 1, 3)
-
-    q, k, v = split_heads(q), split_heads(k), split_heads(v)
+    # One transpose to [3, batch, heads, time, head width], whose leading slices are
+    # contiguous. Split first, IREE copied each third out of the rows (a strided
+    # `slow_memcpy` of 32 us on an H100, three a layer forward and three back) before
+    # transposing it: the gpt-b32 bf16 step took 17.8 ms that way, 16.6 ms this way.
+    qkv = qkv.reshape(batch, time, 3, heads, width // heads).transpose(2, 0, 3, 1, 4)
+    q, k, v = qkv[0], qkv[1], qkv[2]
     scores = matmul(q, k.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(width // heads))
     causal = jnp.tril(jnp.ones((time, time), dtype=bool))
     scores = jnp.where(causal, scores, jnp.finfo(scores.dtype).min)
