@@ -47,7 +47,13 @@ PACKAGES = {
     for p in sorted((ROOT / folder).glob("*/pyproject.toml"))
 }
 DIST = ROOT / "dist"
-CACHE = ROOT / ".nox" / "pcp-cache"  # one compile cache for the matrix sessions
+# One compile cache for every session that compiles: entries are keyed by program, target,
+# flags and compiler version, so a session reuses another's only where it would compile
+# the same bytes; the tests of the cache itself point PCP_CACHE_DIR elsewhere.
+CACHE = ROOT / ".nox" / "pcp-cache"
+# Workers for the test suites (pytest-xdist): each test's `pcp` processes are themselves
+# multi-threaded, so more than a few workers only contend; `auto` is one per core.
+XDIST = ["-n", "auto", "--maxprocesses", "4"]
 
 # What the repository provides, by kind; env-* checks the installed plugins agree.
 BACKENDS = {
@@ -80,6 +86,13 @@ def _pip_find_links() -> str:
 
 if _pip_find_links() and "UV_FIND_LINKS" not in os.environ:
     os.environ["UV_FIND_LINKS"] = _pip_find_links()
+
+
+def compile_cache() -> str:
+    """CACHE for PCP_CACHE_DIR, made private (0700) as pcp would make it: a test that
+    checks the cache it is given may run before anything has compiled."""
+    CACHE.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return str(CACHE)
 
 
 def project(path: Path) -> dict:
@@ -136,8 +149,9 @@ def tests(session: nox.Session) -> None:
     """The core's tests, slow ones included; `nox -s tests -- ARGS` passes ARGS to pytest
     instead (`nox -s tests -- tests`: the quick ones)."""
     session.install("-r", "requirements-dev.txt")
-    everything = ["-m", "slow or not slow", "tests"]
-    session.run("python", "-m", "pytest", "-q", *(session.posargs or everything))
+    everything = [*XDIST, "-m", "slow or not slow", "tests"]
+    pytest = ["python", "-m", "pytest", "-q", *(session.posargs or everything)]
+    session.run(*pytest, env={"PCP_CACHE_DIR": compile_cache()})
 
 
 @nox.session(python=PYTHON, tags=["plugins"], reuse_venv=False)  # nothing left from before
@@ -147,11 +161,15 @@ def plugin(session: nox.Session, plugin: str) -> None:
     local, third_party = closure(plugin)
     session.install("--no-deps", str(ROOT), *map(str, local))
     session.install(*third_party)
-    session.run(
-        "pytest", "-q", "-m", "slow or not slow", "-p", "no:cacheprovider",
-        str(PACKAGES[plugin]),
-        env={"PCP_STRICT_PLUGINS": "1"},
-    )  # fmt: skip
+    pytest = ["pytest", "-q", "-p", "no:cacheprovider", str(PACKAGES[plugin])]
+    env = {"PCP_STRICT_PLUGINS": "1", "PCP_CACHE_DIR": compile_cache()}
+    if "pytest-xdist" not in map(requirement_name, declared(plugin, extras=True)):
+        session.run(*pytest, "-m", "slow or not slow", env=env)
+        return
+    # A package whose tests declare pytest-xdist runs them in parallel, but for those
+    # marked `serial` (timeouts of seconds, a machine of their own): these run alone after.
+    session.run(*pytest, *XDIST, "-m", "(slow or not slow) and not serial", env=env)
+    session.run(*pytest, "-m", "serial", env=env)
 
 
 def pcp_json(session: nox.Session, bin_dir: Path, *args: str) -> list[dict]:
@@ -215,7 +233,8 @@ def make_combination(backend: str, combination: tuple) -> None:
     def run(session: nox.Session) -> None:
         """Compile this combination for the backend; train it where the device exists."""
         bin_dir = ROOT / ".nox" / f"env-{backend}" / "bin"
-        env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PCP_CACHE_DIR": str(CACHE)}
+        path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
+        env = {"PATH": path, "PCP_CACHE_DIR": compile_cache()}
         session.chdir(tempfile.mkdtemp())
         chosen = ["--backend", backend, "--algorithm", algorithm, "--optimizer", inner]
         if outer:
@@ -256,9 +275,10 @@ def scaffold(session: nox.Session) -> None:
         session.run("pcp", "plugin", "new", f"my-{kind}", "--kind", kind)
     packages = [f"./pcp-my-{kind}[test]" for kind in kinds]
     session.install(str(ROOT), *standard_plugins(), *packages)
+    env = {"PCP_CACHE_DIR": compile_cache()}
     for kind in kinds:
         session.chdir(workspace / f"pcp-my-{kind}")
-        session.run("pytest", "-q", "-p", "no:cacheprovider")
+        session.run("pytest", "-q", "-p", "no:cacheprovider", env=env)
 
 
 @nox.session(python=PYTHON, tags=["install"])

@@ -1,19 +1,15 @@
-"""Shared fixtures: one compile cache per test session, helpers for installed plugins."""
+"""Helpers for the core's tests.
+
+The compile cache is pcp-core's pytest plugin's (pcp_core/testing/pytest_plugin.py): one
+per run, made before pytest-xdist starts its workers so they all share it, or the
+`PCP_CACHE_DIR` the caller set (nox shares one between its sessions). A test of the cache
+itself points `PCP_CACHE_DIR` at a directory of its own.
+"""
 
 import os
 import subprocess
 import sys
 from pathlib import Path
-
-import pytest
-
-
-@pytest.fixture(scope="session", autouse=True)
-def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One cache for the whole session, so tests that compile the same program share it."""
-    path = tmp_path_factory.mktemp("vmfb-cache")
-    os.environ["PCP_CACHE_DIR"] = str(path)
-    return path
 
 
 def run_pcp(

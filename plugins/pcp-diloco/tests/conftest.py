@@ -4,7 +4,8 @@ The `e2e` fixture starts processes with their output in files, and kills (by pid
 it started that are still running when the test ends; it also finds processes by their
 command line through /proc, which is how the tests check that no worker is left over.
 The `network` fixture puts processes on hosts of their own (netns.py): start one there
-with `e2e.start(name, net.command(host, argv))`.
+with `e2e.start(name, net.command(host, argv))`. The compile cache is pcp-core's pytest
+plugin's: one per run, shared by pytest-xdist's workers, or the caller's `PCP_CACHE_DIR`.
 """
 
 import contextlib
@@ -31,12 +32,12 @@ TINY = ("--n-layer", "1", "--n-head", "2", "--n-embd", "64", "--block-size", "32
 TINY_RUN = (*TINY, "--batch-size", "8")
 
 
-@pytest.fixture(scope="session", autouse=True)
-def diloco_compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """One VMFB cache for the session, so runs of the same program compile it once."""
-    path = tmp_path_factory.mktemp("vmfb-cache")
-    os.environ["PCP_CACHE_DIR"] = str(path)
-    return path
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "serial: counts on timeouts of seconds or a machine of its own; nox runs these alone, "
+        "after the others ran in parallel (pytest-xdist)",
+    )
 
 
 @pytest.fixture(scope="session", autouse=True)

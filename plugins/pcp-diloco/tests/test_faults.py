@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
+pytestmark = pytest.mark.serial  # worker timeouts of seconds
+
 DILOCO = ("train", "--algorithm", "diloco", "--backend", "cpu", "--eval-every", "0")
 BAD_WORKER = Path(__file__).with_name("bad_worker.py")
 

@@ -10,6 +10,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.serial  # restarts with backoff, a join in the last round
+
 DILOCO = ("train", "--algorithm", "diloco", "--backend", "cpu", "--workers", "2")
 
 

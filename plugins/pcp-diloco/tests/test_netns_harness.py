@@ -16,6 +16,8 @@ import pytest
 from . import netns
 from .netns import Host, Network
 
+pytestmark = pytest.mark.serial  # packet timing
+
 PORT = 7000
 SERVER = """
 import socket, sys, threading

@@ -11,7 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from . import netns
+
+pytestmark = pytest.mark.serial  # timeouts of seconds on a slowed link
 
 TIMEOUT = "3"  # --worker-timeout and the workers' --timeout, seconds
 PORT = 7433

@@ -11,6 +11,8 @@ from typing import Any
 
 import pytest
 
+pytestmark = pytest.mark.serial  # a 20 s join timeout
+
 RELAY = Path(__file__).with_name("relay.py")
 
 
