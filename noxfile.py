@@ -286,9 +286,11 @@ def dist(session: nox.Session) -> None:
     """A wheel and an sdist of every package, their metadata checked, and each wheel
     checked to hold its package and its entry points."""
     shutil.rmtree(DIST, ignore_errors=True)
-    session.install("build", "twine")
+    session.install("build[uv]", "twine")
     for path in [ROOT, *PACKAGES.values()]:
-        session.run("python", "-m", "build", "--outdir", str(DIST), str(path), silent=True)
+        # uv sets up each isolated build environment in a second, where pip takes ten
+        build = ["python", "-m", "build", "--installer", "uv", "--outdir", str(DIST), str(path)]
+        session.run(*build, silent=True)
     session.run("twine", "check", "--strict", *map(str, sorted(DIST.iterdir())))
     for path in [ROOT, *PACKAGES.values()]:
         check_wheel(session, path)
