@@ -98,10 +98,10 @@ class InnerOptimizer:
 
 @dataclass(frozen=True)
 class OuterSettings:
-    """Hyperparameters of the outer optimizer (DiLoCo paper defaults)."""
+    """Hyperparameters of the outer optimizer (PCP's defaults; see `RunConfig.outer_lr`)."""
 
-    lr: float = 0.7
-    momentum: float = 0.9
+    lr: float = 1.0
+    momentum: float = 0.5
 
 
 class OuterStep(Protocol):

@@ -29,7 +29,7 @@ def test_matches_torch_sgd_nesterov() -> None:
     ]
     reference = [torch.tensor(p.copy(), requires_grad=True) for p in params]
     sgd = torch.optim.SGD(reference, lr=0.7, momentum=0.9, nesterov=True)
-    step = NesterovStep(OuterSettings(), params)
+    step = NesterovStep(OuterSettings(lr=0.7, momentum=0.9), params)
     for _ in range(6):
         delta = [rng.standard_normal(p.shape).astype(np.float32) for p in params]
         step(params, delta)

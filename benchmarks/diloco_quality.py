@@ -1,0 +1,171 @@
+"""DiLoCo against synchronous training at equal tokens, on several corpora and model sizes.
+
+For each corpus and model, the baseline is one process at batch B (every step sees
+B sequences); DiLoCo runs M = 2 and 4 workers at batch B/M each for the same number
+of steps (the same tokens per step, summed over the workers) at H = 50, with the
+defaults a user gets. Every run is a real `pcp train` on the CPU (DiLoCo with worker
+processes on capnp-tcp over loopback); the final validation loss is measured on the
+same validation batches for all runs. Writes benchmarks/results/diloco_quality.json
+and .md: each run's validation loss, its ratio to the baseline's, and the bytes sent.
+
+    python benchmarks/diloco_quality.py                   # every corpus, both sizes
+    python benchmarks/diloco_quality.py --corpora shakespeare --models tiny
+    python benchmarks/diloco_quality.py --variant old="--outer-lr 0.7 --outer-momentum 0.9"
+
+A `--variant NAME=FLAGS` adds DiLoCo runs with those flags on top of the defaults
+(for ablations); the baseline ignores them. The corpora:
+
+- shakespeare: ../shared/data/tinyshakespeare.txt beside the checkout (skipped if absent);
+- village: the built-in generated corpus;
+- python: the first 1.2 MB of the Python standard library's top-level modules (code);
+- perl-docs: the first 1.2 MB of the Perl documentation Debian installs
+  (/usr/share/perl/*/pod; skipped if absent).
+"""
+
+import argparse
+import json
+import shlex
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+SHAKESPEARE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
+CORPUS_BYTES = 1_200_000
+MODELS = {
+    "tiny": [],  # the default model: 2 layers, 4 heads, 64 wide, 64-token context
+    "small": ["--n-layer", "4", "--n-head", "4", "--n-embd", "96"],  # 64-token context too
+}
+BATCH = 32
+WORKERS = (2, 4)
+INNER_STEPS = 50
+
+
+def assemble(files: list[Path], target: Path) -> Path | None:
+    """The first CORPUS_BYTES of `files` concatenated, as UTF-8 text, or None if none."""
+    if not files:
+        return None
+    text, size = [], 0
+    for path in files:
+        part = path.read_text(encoding="utf-8", errors="replace")
+        text.append(part)
+        size += len(part)
+        if size >= CORPUS_BYTES:
+            break
+    target.write_text("".join(text)[:CORPUS_BYTES], encoding="utf-8")
+    return target
+
+
+def corpora(folder: Path) -> dict[str, Path | None]:
+    """Each corpus's text file (None: the built-in corpus); absent ones are left out."""
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    found: dict[str, Path | None] = {"village": None}
+    if SHAKESPEARE.is_file():
+        found["shakespeare"] = SHAKESPEARE
+    else:
+        print(f"shakespeare: skipped, {SHAKESPEARE} not found", file=sys.stderr)
+    python = assemble(sorted(stdlib.glob("*.py")), folder / "python.txt")
+    if python:
+        found["python"] = python
+    perl = assemble(sorted(Path("/usr/share/perl").glob("*/pod/*.pod")), folder / "perl-docs.txt")
+    if perl:
+        found["perl-docs"] = perl
+    else:
+        print("perl-docs: skipped, no /usr/share/perl/*/pod/*.pod", file=sys.stderr)
+    return found
+
+
+def train(data: Path | None, model: list[str], steps: int, flags: list[str]) -> dict:
+    with tempfile.TemporaryDirectory() as out:
+        command = [
+            sys.executable, "-m", "pcp_core", "train", "--backend", "cpu", "--no-dashboard",
+            "--steps", str(steps), "--eval-every", "0", "--eval-batches", "64",
+            "--out", str(Path(out) / "run"), *(["--data", str(data)] if data else []),
+            *model, *flags,
+        ]  # fmt: skip
+        started = time.perf_counter()
+        done = subprocess.run(command, capture_output=True, text=True)
+        if done.returncode:
+            sys.exit(f"failed: {shlex.join(command)}\n{done.stderr[-3000:]}")
+        summary = json.loads((Path(out) / "run" / "summary.json").read_text())
+    return {
+        "val_loss": round(summary["final_val_loss"], 4),
+        "bytes_sent": summary.get("bytes_sent", 0),
+        "wall_s": round(time.perf_counter() - started, 1),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=1000, help="steps of every run")
+    parser.add_argument("--corpora", nargs="+", help="a subset of the corpora")
+    parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
+    parser.add_argument(
+        "--small-corpora",
+        nargs="+",
+        default=["shakespeare"],
+        help="corpora the small model runs on (it costs ~4x the tiny one)",
+    )
+    parser.add_argument("--variant", action="append", default=[], help="NAME=FLAGS")
+    parser.add_argument("--out", type=Path, default=RESULTS / "diloco_quality")
+    args = parser.parse_args()
+    variants = {"defaults": []}
+    for item in args.variant:
+        name, _, flags = item.partition("=")
+        variants[name] = shlex.split(flags)
+
+    rows = []
+    with tempfile.TemporaryDirectory() as folder:
+        found = corpora(Path(folder))
+        for corpus, data in found.items():
+            if args.corpora and corpus not in args.corpora:
+                continue
+            for model in args.models:
+                if model != "tiny" and corpus not in args.small_corpora:
+                    continue
+                shape = MODELS[model]
+                baseline = train(data, shape, args.steps, ["--batch-size", str(BATCH)])
+                rows.append({"corpus": corpus, "model": model, "run": "synchronous",
+                             "workers": 1, **baseline, "ratio": 1.0})  # fmt: skip
+                write(rows, args)
+                for name, flags in variants.items():
+                    for workers in WORKERS:
+                        diloco = [
+                            "--algorithm", "diloco", "--workers", str(workers),
+                            "--batch-size", str(BATCH // workers),
+                            "--inner-steps", str(INNER_STEPS), *flags,
+                        ]  # fmt: skip
+                        result = train(data, shape, args.steps, diloco)
+                        ratio = round(result["val_loss"] / baseline["val_loss"], 4)
+                        rows.append({"corpus": corpus, "model": model, "run": f"diloco {name}",
+                                     "workers": workers, **result, "ratio": ratio})  # fmt: skip
+                        write(rows, args)
+
+
+def write(rows: list[dict], args: argparse.Namespace) -> None:
+    """The table so far (rewritten after every run, so a stopped benchmark keeps its
+    rows), and the last row on stdout."""
+    print(json.dumps(rows[-1]), flush=True)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    record = {"steps": args.steps, "batch": BATCH, "inner_steps": INNER_STEPS, "rows": rows}
+    args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    lines = [
+        f"{args.steps} steps, {BATCH} sequences a step in all (DiLoCo: {BATCH}/M a worker), "
+        f"H = {INNER_STEPS}; validation loss on 64 batches.",
+        "",
+        "| corpus | model | run | M | val loss | vs synchronous | MB sent | wall s |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['corpus']} | {r['model']} | {r['run']} | {r['workers']} | {r['val_loss']} | "
+        f"{(r['ratio'] - 1) * 100:+.1f}% | {r['bytes_sent'] / 1e6:.1f} | {r['wall_s']} |"
+        for r in rows
+    ]
+    args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
