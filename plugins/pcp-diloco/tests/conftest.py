@@ -48,16 +48,6 @@ def worker_state_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture(scope="session", autouse=True)
-def ctrl_c_reaches_children() -> None:
-    """The tests press Ctrl-C (SIGINT) on the processes they start, as a terminal would.
-    A shell starting this run in the background without job control ignores SIGINT, and
-    children inherit that, so a `pcp` process would rightly ignore it too: catch it here,
-    and the children start with the default again."""
-    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
 @pytest.fixture
 def tiny() -> tuple[str, ...]:
     """Model and batch flags of the tiny run the tests share."""
