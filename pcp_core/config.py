@@ -101,8 +101,8 @@ class RunConfig:
     )
     inner_steps: int = _opt(50, "DiLoCo: inner steps per round (H).")
     outer_optimizer: str = _opt("nesterov", "DiLoCo: outer optimizer run by the shepherd.")
-    # Measured against synchronous training at equal tokens (benchmarks/diloco_quality.py):
-    # the paper's 0.7 and 0.9 lost 6-9% over runs of tens of rounds, 1.0 and 0.5 1-6%.
+    # Measured against synchronous training at equal tokens (benchmarks/diloco_quality.py,
+    # 20 rounds): with two workers the paper's 0.7 and 0.9 lost 4-12%, 1.0 and 0.5 1-3.4%.
     outer_lr: float = _opt(1.0, "DiLoCo: outer learning rate.")
     outer_momentum: float = _opt(
         0.5, "DiLoCo: outer Nesterov momentum (the paper's 0.9 suits thousands of rounds)."
