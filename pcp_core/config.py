@@ -16,6 +16,8 @@ import tomli_w
 
 from pcp_core.precision import PRECISIONS
 
+INNER_LR_SCALINGS = ("sqrt", "none")  # see RunConfig.inner_lr_scaling
+
 
 class ConfigError(ValueError):
     """A bad setting: unknown key, wrong type, out-of-range value."""
@@ -102,10 +104,40 @@ class RunConfig:
     inner_steps: int = _opt(50, "DiLoCo: inner steps per round (H).")
     outer_optimizer: str = _opt("nesterov", "DiLoCo: outer optimizer run by the shepherd.")
     # Measured against synchronous training at equal tokens (benchmarks/diloco_quality.py,
-    # 20 rounds): with two workers the paper's 0.7 and 0.9 lost 4-12%, 1.0 and 0.5 1-3.4%.
+    # 20 rounds; the trials in benchmarks/results/diloco_trials_2026-11-24*.md): the
+    # paper's 0.7 and 0.9 lost 4-12% with two workers. With the workers' inner lr and
+    # warm-up below, momentum 0.7 beat 0.5 on 5 of 8 corpus and worker-count pairs and
+    # in the worst one (four workers on perl-docs: +2.1% against +3.3%); 0.3 lost 3-6%.
     outer_lr: float = _opt(1.0, "DiLoCo: outer learning rate.")
     outer_momentum: float = _opt(
-        0.5, "DiLoCo: outer Nesterov momentum (the paper's 0.9 suits thousands of rounds)."
+        0.7, "DiLoCo: outer Nesterov momentum (the paper's 0.9 suits thousands of rounds)."
+    )
+    # A worker's batch is 1/M of the batch that M workers' averaged step sees, and Adam's
+    # progress per step in the noisy regime grows about with the square root of the batch:
+    # at √M the workers lost 1-3% to synchronous training where --lr as given lost 4-13%
+    # with four workers, but only with a warm-up of several rounds (4: 1.2-3.9%, 6:
+    # 1.0-3.3%, a third of the run: 1.2-1.5% with momentum 0.7); with 20 steps of it a
+    # larger lr stalled four workers on two of four corpora (+20% and +37%).
+    inner_lr_scaling: str = _opt(
+        "sqrt",
+        "DiLoCo: the workers' inner learning rate from --lr and --min-lr (those of training "
+        "the same tokens a step on one machine): `sqrt` multiplies both by the square root "
+        "of --workers, `none` uses them as given (e.g. for an lr tuned for the workers).",
+    )
+    inner_warmup_rounds: int = _opt(
+        8,
+        "DiLoCo: the workers' learning rate warms up over this many rounds of H steps (at "
+        "most a third of --steps) where that is longer than --warmup-steps; from scratch a "
+        "shorter warm-up to the scaled lr stalls the first rounds. 0: --warmup-steps alone.",
+    )
+    # Averaging the first rounds instead of a Nesterov step (which moves 1 + momentum
+    # times the run's largest pseudo-gradients) gained 0.7-2 points with two workers and
+    # the lr as given; with the scaled lr and warm-up above it helped on two corpora and
+    # hurt on three (four workers), so it is off.
+    outer_warmup_rounds: int = _opt(
+        0,
+        "DiLoCo: first rounds that take the plain average of the workers' models (outer lr "
+        "1, no momentum) before the outer optimizer starts.",
     )
     transport: str = _opt("capnp-tcp", "DiLoCo: transport between shepherd and workers.")
     host: str = _opt("127.0.0.1", "Shepherd: address to listen on.")
@@ -189,6 +221,11 @@ class RunConfig:
                 raise ConfigError(f"{name} must be in 0..65535, got {value}")
         if self.warmup_steps < 0 or self.eval_every < 0:
             raise ConfigError("warmup_steps and eval_every must not be negative")
+        if self.inner_lr_scaling not in INNER_LR_SCALINGS:
+            raise ConfigError(
+                f"inner_lr_scaling must be one of {', '.join(INNER_LR_SCALINGS)}: "
+                f"{self.inner_lr_scaling!r}"
+            )
         if self.precision not in PRECISIONS:
             raise ConfigError(
                 f"precision must be one of {', '.join(PRECISIONS)}: {self.precision!r}"
@@ -204,6 +241,7 @@ class RunConfig:
             if isinstance(value, float) and not math.isfinite(value):
                 raise ConfigError(f"{item.name} must be a finite number, got {value}")
         at_least_zero = ["lr", "min_lr", "weight_decay", "grad_clip", "join_timeout"]
+        at_least_zero += ["inner_warmup_rounds", "outer_warmup_rounds"]
         for name in at_least_zero:
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")

@@ -23,19 +23,43 @@ log = structlog.get_logger(__name__)
 
 
 def plan(config: RunConfig) -> tuple[RunConfig, int]:
-    """The config with a steps-per-call that divides H, and the number of rounds."""
+    """The config the workers' program is built from, and the number of rounds: a
+    steps-per-call that divides H, the inner learning rates of `inner_lr_scale` and the
+    warm-up of `inner_warmup_steps`."""
     if config.steps % config.inner_steps:
         raise ConfigError(
             f"steps ({config.steps}) must be a multiple of inner_steps ({config.inner_steps})"
         )
     steps_per_call = math.gcd(config.steps_per_call, config.inner_steps)
-    return dataclasses.replace(config, steps_per_call=steps_per_call), (
-        config.steps // config.inner_steps
+    scale = inner_lr_scale(config)
+    planned = dataclasses.replace(
+        config,
+        steps_per_call=steps_per_call,
+        lr=config.lr * scale,
+        min_lr=config.final_lr() * scale,
+        warmup_steps=inner_warmup_steps(config),
     )
+    return planned, config.steps // config.inner_steps
+
+
+def inner_lr_scale(config: RunConfig) -> float:
+    """What the workers' inner learning rates are --lr and --min-lr multiplied by: the
+    square root of the number of workers under `--inner-lr-scaling sqrt`, else 1."""
+    return math.sqrt(config.workers) if config.inner_lr_scaling == "sqrt" else 1.0
+
+
+def inner_warmup_steps(config: RunConfig) -> int:
+    """The workers' warm-up: --inner-warmup-rounds rounds, at most a third of the run,
+    or --warmup-steps where that is longer."""
+    rounds = min(config.inner_warmup_rounds * config.inner_steps, config.steps // 3)
+    return max(config.warmup_steps, rounds)
 
 
 def run(ctx: RunContext) -> dict[str, Any]:
     config, rounds = plan(ctx.config)
+    if (config.lr, config.warmup_steps) != (ctx.config.lr, ctx.config.warmup_steps):
+        log.info("inner learning rate", lr=config.lr, min_lr=config.min_lr, of_lr=ctx.config.lr,
+                 workers=config.workers, warmup_steps=config.warmup_steps)  # fmt: skip
     outer = ctx.plugins.optimizer(config.outer_optimizer)
     if getattr(outer, "role", None) != "outer":
         raise ConfigError(f"optimizer {config.outer_optimizer!r} is not an outer optimizer")
@@ -73,7 +97,11 @@ def run(ctx: RunContext) -> dict[str, Any]:
             outcome = shepherd.run_round(index, params, delta_sum, assignment)
             for total in delta_sum:
                 total *= np.float32(1.0 / len(outcome.results))
-            outer_step(params, delta_sum)
+            if index < config.outer_warmup_rounds:  # the plain average of the workers' models
+                for theta, delta in zip(params, delta_sum, strict=True):
+                    theta -= delta
+            else:
+                outer_step(params, delta_sum)
             if not all(np.isfinite(p).all() for p in params):  # before any checkpoint
                 raise FloatingPointError(
                     f"the global parameters became non-finite in round {index}; "

@@ -17,7 +17,8 @@ from pcp_core import config, plugins, training
 
 MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 64, "block_size": 32, "batch_size": 8}
 # without warmup the first steps already move the weights, so a wrong reference shows
-COMMON = {"algorithm": "diloco", "backend": "cpu", "warmup_steps": 0, "seed": 3, **MODEL}
+COMMON = {"algorithm": "diloco", "backend": "cpu", "warmup_steps": 0, "inner_warmup_rounds": 0}
+COMMON |= {"seed": 3, **MODEL}
 
 
 def cli_flags(settings: dict[str, Any]) -> list[str]:

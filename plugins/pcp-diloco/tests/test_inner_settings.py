@@ -1,0 +1,75 @@
+"""The workers' inner optimizer settings that DiLoCo's plan derives from the run's flags:
+`--inner-lr-scaling sqrt` (the default) multiplies --lr and --min-lr by √M, and
+`--inner-warmup-rounds` (default 8) lengthens the warm-up; nothing else changes."""
+
+import math
+
+import pytest
+from pcp_diloco.shepherd_side import plan
+
+from pcp_core import config, training
+from pcp_core.optimizers import InnerSettings
+
+FLAGS = {"algorithm": "diloco", "steps": 1000, "inner_steps": 50}
+
+
+def workers_inner(flags: dict) -> InnerSettings:
+    """The inner settings the shepherd compiles into the program it ships to workers."""
+    planned, _ = plan(config.resolve(None, FLAGS | flags))
+    return training.inner_settings(planned)
+
+
+@pytest.mark.parametrize("workers", [1, 2, 4, 8])
+def test_sqrt_scaling_multiplies_lr_and_min_lr_by_the_root_of_the_workers(workers: int) -> None:
+    inner = workers_inner({"workers": workers})
+    assert inner.lr == pytest.approx(3e-3 * math.sqrt(workers))
+    assert inner.min_lr == pytest.approx(3e-4 * math.sqrt(workers))  # a tenth of lr, scaled
+    as_given = workers_inner({"workers": workers, "inner_lr_scaling": "none"})
+    assert (as_given.lr, as_given.min_lr) == pytest.approx((3e-3, 3e-4))
+    assert inner.warmup_steps == as_given.warmup_steps == 333  # 8 rounds, at most a third
+    # the rest of the inner schedule and optimizer is the user's
+    assert inner == InnerSettings(**{**vars(as_given), "lr": inner.lr,
+                                              "min_lr": inner.min_lr})  # fmt: skip
+
+
+def test_an_explicit_min_lr_and_worker_backends_count_too() -> None:
+    inner = workers_inner({"worker_backends": "cpu,cpu,cpu,cpu", "lr": 1e-3, "min_lr": 0.0})
+    assert (inner.lr, inner.min_lr) == pytest.approx((2e-3, 0.0))
+
+
+def test_the_user_config_is_left_as_given() -> None:
+    given = config.resolve(None, FLAGS | {"workers": 4})
+    plan(given)
+    assert (given.lr, given.min_lr) == (3e-3, None)
+
+
+@pytest.mark.parametrize(
+    ("flags", "warmup"),
+    [
+        ({}, 333),  # 8 rounds of H = 50 is more than a third of the run
+        ({"inner_warmup_rounds": 6}, 300),
+        ({"inner_warmup_rounds": 2}, 100),
+        ({"inner_warmup_rounds": 0}, 20),  # --warmup-steps alone
+        ({"warmup_steps": 400}, 400),  # --warmup-steps where it is longer
+        ({"steps": 300}, 100),  # at most a third of the run
+        ({"inner_steps": 10}, 80),
+    ],
+)
+def test_the_warmup_is_the_longer_of_the_rounds_and_warmup_steps(flags: dict, warmup: int) -> None:
+    inner = workers_inner({"workers": 2} | flags)
+    assert inner.warmup_steps == warmup
+    assert inner.total_steps == (flags.get("steps") or 1000)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        ({"inner_lr_scaling": "linear"}, "inner_lr_scaling must be one of sqrt, none: 'linear'"),
+        ({"inner_warmup_rounds": -1}, "inner_warmup_rounds must not be negative, got -1"),
+        ({"outer_warmup_rounds": -2}, "outer_warmup_rounds must not be negative, got -2"),
+    ],
+)
+def test_bad_values_are_refused_in_one_line(flags: dict, message: str) -> None:
+    with pytest.raises(config.ConfigError) as refused:
+        config.resolve(None, FLAGS | flags)
+    assert str(refused.value) == message
