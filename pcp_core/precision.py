@@ -41,6 +41,16 @@ def weight_gradient(a: Any, g: Any, precision: str) -> Any:
     return partial.sum(axis=0)
 
 
+def stored(x: Any, precision: str) -> Any:
+    """`x` as the backward pass keeps it: in the dtype products take their inputs in.
+
+    Under `bf16` an activation kept for the gradient (an MLP's pre-activation) is
+    rounded as a product's input would be, halving the bytes written forward and read
+    back; the gradient arithmetic stays float32.
+    """
+    return _cast(x, precision)
+
+
 def _cast(x: Any, precision: str) -> Any:
     import jax.numpy as jnp
 
