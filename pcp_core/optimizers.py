@@ -101,7 +101,7 @@ class OuterSettings:
     """Hyperparameters of the outer optimizer (PCP's defaults; see `RunConfig.outer_lr`)."""
 
     lr: float = 1.0
-    momentum: float = 0.5
+    momentum: float = 0.7
 
 
 class OuterStep(Protocol):
