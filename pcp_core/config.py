@@ -137,7 +137,8 @@ class RunConfig:
     outer_warmup_rounds: int = _opt(
         0,
         "DiLoCo: first rounds that take the plain average of the workers' models (outer lr "
-        "1, no momentum) before the outer optimizer starts.",
+        "1, no momentum) before the outer optimizer starts; 2 gained 1-2 points with two "
+        "workers under --inner-lr-scaling none, and was mixed with the scaled lr.",
     )
     transport: str = _opt("capnp-tcp", "DiLoCo: transport between shepherd and workers.")
     host: str = _opt("127.0.0.1", "Shepherd: address to listen on.")
