@@ -11,6 +11,7 @@ and .md: each run's validation loss, its ratio to the baseline's, and the bytes 
     python benchmarks/diloco_quality.py                   # every corpus, both sizes
     python benchmarks/diloco_quality.py --corpora shakespeare --models tiny
     python benchmarks/diloco_quality.py --variant old="--outer-lr 0.7 --outer-momentum 0.9"
+    python benchmarks/diloco_quality.py --seed 1 --out benchmarks/results/diloco_quality_seed1
 
 A `--variant NAME=FLAGS` adds DiLoCo runs with those flags on top of the defaults
 (for ablations); the baseline ignores them. The corpora:
@@ -114,6 +115,9 @@ def main() -> None:
         help="corpora the small model runs on (it costs ~4x the tiny one)",
     )
     parser.add_argument("--variant", action="append", default=[], help="NAME=FLAGS")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of every run (initialisation and batches)"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "diloco_quality")
     args = parser.parse_args()
     variants = {"defaults": []}
@@ -131,7 +135,8 @@ def main() -> None:
                 if model != "tiny" and corpus not in args.small_corpora:
                     continue
                 shape = MODELS[model]
-                baseline = train(data, shape, args.steps, ["--batch-size", str(BATCH)])
+                seed = ["--seed", str(args.seed)]
+                baseline = train(data, shape, args.steps, ["--batch-size", str(BATCH), *seed])
                 rows.append({"corpus": corpus, "model": model, "run": "synchronous",
                              "workers": 1, **baseline, "ratio": 1.0})  # fmt: skip
                 write(rows, args)
@@ -140,7 +145,7 @@ def main() -> None:
                         diloco = [
                             "--algorithm", "diloco", "--workers", str(workers),
                             "--batch-size", str(BATCH // workers),
-                            "--inner-steps", str(INNER_STEPS), *flags,
+                            "--inner-steps", str(INNER_STEPS), *seed, *flags,
                         ]  # fmt: skip
                         result = train(data, shape, args.steps, diloco)
                         ratio = round(result["val_loss"] / baseline["val_loss"], 4)
@@ -154,11 +159,12 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     rows), and the last row on stdout."""
     print(json.dumps(rows[-1]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    record = {"steps": args.steps, "batch": BATCH, "inner_steps": INNER_STEPS, "rows": rows}
+    record = {"steps": args.steps, "batch": BATCH, "inner_steps": INNER_STEPS,
+              "seed": args.seed, "rows": rows}  # fmt: skip
     args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
     lines = [
         f"{args.steps} steps, {BATCH} sequences a step in all (DiLoCo: {BATCH}/M a worker), "
-        f"H = {INNER_STEPS}; validation loss on 64 batches.",
+        f"H = {INNER_STEPS}, seed {args.seed}; validation loss on 64 batches.",
         "",
         "| corpus | model | run | M | val loss | vs synchronous | MB sent | wall s |",
         "|---|---|---|---|---|---|---|---|",
