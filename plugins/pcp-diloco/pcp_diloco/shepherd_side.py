@@ -57,14 +57,15 @@ def inner_warmup_steps(config: RunConfig) -> int:
 
 def run(ctx: RunContext) -> dict[str, Any]:
     config, rounds = plan(ctx.config)
-    if (config.lr, config.warmup_steps) != (ctx.config.lr, ctx.config.warmup_steps):
-        log.info("inner learning rate", lr=config.lr, min_lr=config.min_lr, of_lr=ctx.config.lr,
-                 workers=config.workers, warmup_steps=config.warmup_steps)  # fmt: skip
     outer = ctx.plugins.optimizer(config.outer_optimizer)
     if getattr(outer, "role", None) != "outer":
         raise ConfigError(f"optimizer {config.outer_optimizer!r} is not an outer optimizer")
     ctx.plugins.transport(config.transport)  # fail on an unknown transport before compiling
     setup = prepare(config, ctx.plugins)
+    # said once the settings are known good: a bad one is a one-line error
+    if (config.lr, config.warmup_steps) != (ctx.config.lr, ctx.config.warmup_steps):
+        log.info("inner learning rate", lr=config.lr, min_lr=config.min_lr, of_lr=ctx.config.lr,
+                 workers=config.workers, warmup_steps=config.warmup_steps)  # fmt: skip
     params = setup.initial_params()
     outer_step = outer.create(OuterSettings(config.outer_lr, config.outer_momentum), params)
     state = RunState(run_id=uuid.uuid4().hex)
