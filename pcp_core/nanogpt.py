@@ -246,7 +246,6 @@ def _embedding(precision: str):
 
 
 def logits(config: Mapping[str, int], params: Params, tokens, precision: str = "f32"):
-
     time = tokens.shape[1]
     x = _embedding(precision)(params["wte"], tokens) + params["wpe"][:time]
     for i in range(config["n_layer"]):
