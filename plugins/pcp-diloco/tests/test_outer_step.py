@@ -93,12 +93,11 @@ def run_and_load(e2e: Any, settings: dict[str, Any], out: Path) -> Any:
     return results
 
 
-def test_one_round_outer_nesterov_step_by_hand(e2e: Any, tmp_path: Path) -> None:
-    """Two workers, one round of H = 5: θ1 = θ0 − η(Δ + μb), b = Δ = mean of θ0 − θ_w."""
-    settings = COMMON | {"workers": 2, "steps": 5, "inner_steps": 5, "steps_per_call": 5}
-    settings |= {"outer_lr": 0.7, "outer_momentum": 0.9}
-    results = run_and_load(e2e, settings, tmp_path / "run")
+ONE_ROUND = COMMON | {"workers": 2, "steps": 5, "inner_steps": 5, "steps_per_call": 5}
 
+
+def one_round_by_hand(settings: dict[str, Any]) -> tuple[Any, list, list, list, list]:
+    """The reference setup, θ0, both workers' local runs, their θ0 − θ_w and Δ, the mean."""
     setup = reference_setup(settings)
     assert setup.program.steps_per_call == 5
     theta0 = setup.initial_params()
@@ -106,6 +105,15 @@ def test_one_round_outer_nesterov_step_by_hand(e2e: Any, tmp_path: Path) -> None
     local = [local_steps(setup, theta0, opt0, round_=0, worker=w) for w in range(2)]
     deltas = [[t0 - t for t0, t in zip(theta0, params, strict=True)] for params, _, _ in local]
     delta = [(a + b) / 2 for a, b in zip(*deltas, strict=True)]
+    return setup, theta0, local, deltas, delta
+
+
+def test_one_round_outer_nesterov_step_by_hand(e2e: Any, tmp_path: Path) -> None:
+    """Two workers, one round of H = 5: θ1 = θ0 − η(Δ + μb), b = Δ = mean of θ0 − θ_w."""
+    settings = ONE_ROUND | {"outer_lr": 0.7, "outer_momentum": 0.9}
+    results = run_and_load(e2e, settings, tmp_path / "run")
+
+    setup, theta0, local, deltas, delta = one_round_by_hand(settings)
     buffer = delta  # the first step: b = μ·0 + Δ
     theta1 = [t0 - 0.7 * (d + 0.9 * b) for t0, d, b in zip(theta0, delta, buffer, strict=True)]
 
@@ -118,6 +126,20 @@ def test_one_round_outer_nesterov_step_by_hand(e2e: Any, tmp_path: Path) -> None
     (record,) = records
     for worker, (_, _, losses) in enumerate(local):
         np.testing.assert_allclose(record["worker_losses"][str(worker)], np.mean(losses), 1e-4)
+
+
+def test_an_outer_warmup_round_is_the_plain_average(e2e: Any, tmp_path: Path) -> None:
+    """--outer-warmup-rounds 1: θ1 = θ0 − Δ, the mean of the workers' models, whatever the
+    outer lr and momentum, and the momentum buffer is left untouched (zero)."""
+    settings = ONE_ROUND | {"outer_lr": 0.7, "outer_momentum": 0.9, "outer_warmup_rounds": 1}
+    results = run_and_load(e2e, settings, tmp_path / "run")
+
+    setup, theta0, _, _, delta = one_round_by_hand(settings)
+    checkpoint, _ = results()
+    names = setup.param_names()
+    expected = [t0 - d for t0, d in zip(theta0, delta, strict=True)]
+    assert_close(checkpoint, dict(zip(names, expected, strict=True)))
+    assert all(not momentum(checkpoint, names)[name].any() for name in names)
 
 
 def test_one_worker_h1_equals_local_training(e2e: Any, tmp_path: Path) -> None:
