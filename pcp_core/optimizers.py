@@ -53,8 +53,8 @@ def clipped(settings: InnerSettings, step: "GradientTransformation") -> "Gradien
 
 
 def clip_by_global_norm(max_norm: float) -> "GradientTransformation":
-    """optax.clip_by_global_norm as a multiplication: every gradient times
-    min(1, max_norm / ‖g‖), so below the limit the gradients pass unchanged.
+    """optax.clip_by_global_norm as a multiplication by `clip_scale`: below the limit
+    the gradients pass unchanged.
 
     optax's form, `select(‖g‖ < max_norm, g, g / ‖g‖ · max_norm)`, chooses with a
     scalar predicate, which IREE reads back to the host to pass to the update
@@ -63,21 +63,44 @@ def clip_by_global_norm(max_norm: float) -> "GradientTransformation":
     between kernels). A scale factor stays on the device.
     """
     import jax
-    import jax.numpy as jnp
     import optax
 
     def update(updates, state, params=None):
         del params
-        # The squared norms stacked, then summed: as one sum of the scalars (optax's
-        # global_norm) IREE fuses them into one dispatch that reads each from its own
-        # offset, and in an unrolled program those offsets outnumber the 64 push
-        # constants a CUDA dispatch may take.
-        leaves = jax.tree_util.tree_leaves(updates)
-        squares = jnp.stack([jnp.sum(jnp.square(t)) for t in leaves])
-        scale = jnp.minimum(1.0, max_norm / jnp.sqrt(jnp.sum(squares)))
+        scale = clip_scale(updates, max_norm)
         return jax.tree_util.tree_map(lambda t: t * scale.astype(t.dtype), updates), state
 
     return optax.GradientTransformation(optax.init_empty_state, update)
+
+
+PARTIAL_SUMS_MULTIPLE = 1024
+
+
+def clip_scale(grads: Any, max_norm: float) -> Any:
+    """min(1, max_norm / ‖g‖) over the whole tree of gradients, a float32 scalar on the
+    device; 1.0 when `max_norm` is 0 (no clipping).
+
+    Each gradient's squares are summed along its last axis, and those partial sums
+    joined into one vector and summed. IREE sums a whole tensor to one scalar with a
+    single workgroup (16 us for a 384x1536 gradient on an H100, where its bytes need
+    about 2); row by row, every row has its own. The partial sums go into one buffer,
+    so the last sum reads one binding: one sum over the scalars, each at its own offset,
+    would outnumber the 64 push constants a CUDA dispatch may take. Zeros pad that
+    vector to a multiple of `PARTIAL_SUMS_MULTIPLE`: IREE sums a length it cannot
+    split among threads (16485 at gpt-b32) with one thread.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    if max_norm <= 0:
+        return jnp.float32(1.0)
+    leaves = jax.tree_util.tree_leaves(grads)
+    rows = [t.astype(jnp.float32).reshape(-1, t.shape[-1] if t.ndim else 1) for t in leaves]
+    partial_sums = [jnp.sum(jnp.square(r), axis=-1) for r in rows]
+    count = sum(int(p.shape[0]) for p in partial_sums)
+    padding = jnp.zeros([-count % PARTIAL_SUMS_MULTIPLE], jnp.float32)
+    squares = jnp.concatenate([*partial_sums, padding])
+    return jnp.minimum(1.0, max_norm / jnp.sqrt(jnp.sum(squares)))
 
 
 class GradientTransformation(Protocol):
