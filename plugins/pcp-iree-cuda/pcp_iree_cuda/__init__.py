@@ -5,10 +5,12 @@ JIT-compiled by the driver and runs on Hopper and later, so those map to sm_80.
 
 Compile flags, each measured on the gpt-b32 step (6 layers, width 384, batch 32) on an
 H200 (benchmarks/step_time.py --backend cuda; benchmarks/README.md has the tables):
-- `--iree-codegen-transform-dialect-library=f32_matmul_spec.mlir`: shared-memory SIMT
-  configs for float32 matrix products, which IREE otherwise runs at 2-3 TFLOP/s (the
-  file says what each buys). `--iree-codegen-tuning-spec-path` would be the documented
-  flag, but IREE 3.13 ignores it for CUDA: the spec is never read.
+- `--iree-codegen-transform-dialect-library=matmul_spec.mlir`: shared-memory SIMT
+  configs for float32 matrix products, which IREE otherwise runs at 2-3 TFLOP/s, and
+  tiles for the bf16 ones, which IREE gives one 64x64 tile whatever their shape (H100,
+  gpt-b32 bf16 step 14.05 -> 12.99 ms; the file says what each buys).
+  `--iree-codegen-tuning-spec-path` would be the documented flag, but IREE 3.13 ignores
+  it for CUDA: the spec is never read.
 - No `--iree-dispatch-creation-split-matmul-reduction`: it helped the default f32 configs
   (279 -> 161 ms) but splits every product, the short forward ones too, into partial
   sums that cost more than they save once the products are tuned; bf16 was slower with
@@ -77,7 +79,7 @@ def detect_arch(device: int = 0) -> str | None:
     return None
 
 
-F32_MATMUL_SPEC = resources.files(__name__) / "f32_matmul_spec.mlir"
+MATMUL_SPEC = resources.files(__name__) / "matmul_spec.mlir"
 
 CUDA = Backend(
     name="cuda",
@@ -86,7 +88,7 @@ CUDA = Backend(
     default_arch=FALLBACK,
     description="NVIDIA GPUs through IREE cuda",
     arch_flag="--iree-cuda-target={arch}",
-    extra_flags=(f"--iree-codegen-transform-dialect-library={F32_MATMUL_SPEC}",),
+    extra_flags=(f"--iree-codegen-transform-dialect-library={MATMUL_SPEC}",),
     runtime_flags=("--cuda_async_allocations=false",),
     unroll_steps=True,
     detect_arch=detect_arch,

@@ -1,14 +1,23 @@
-// IREE transform library: lowering configs for float32 matrix products on NVIDIA GPUs.
+// IREE transform library: lowering configs for the matrix products of a GPT step on
+// NVIDIA GPUs, float32 and bf16.
 //
-// IREE 3.13 has no float32 matrix-unit path on NVIDIA, and its default SIMT configs
-// for f32 contractions read both operands straight from global memory with 1x16
+// float32: IREE 3.13 has no float32 matrix-unit path on NVIDIA, and its default SIMT
+// configs for f32 contractions read both operands straight from global memory with 1x16
 // outputs per thread: 2-3 TFLOP/s on an H200. These stage both operands in shared
 // memory (promote_operands) and give each thread an 8x8 block of outputs (4x4 for the
 // batched products). Chosen with benchmarks/gpu_matmul_configs.py on an H200, one
 // product at a time: 8192x1536x384 3.4 -> 16.4 TFLOP/s; with a transposed right
 // operand 1.9 -> 14.0; a transposed left one (a weight gradient) 2.0 -> 10.9.
-// Shapes the tiles do not divide keep IREE's default. bf16 products are left alone:
-// IREE already maps them to mma.sync.
+//
+// bf16: IREE maps these to mma.sync but gives every one the same tile, 64x64 with four
+// warps of 32x32 and a 128-deep reduction tile. The bf16 entries below were chosen with
+// benchmarks/gpu_dispatch_configs.py on the gpt-b32 step's own dispatches, epilogues
+// included, and kept where Nsight Compute on the whole step agreed (H100, 2026-11-24;
+// benchmarks/results/gpu/h100/2026-11-24c): the step's products 6.1 -> 5.1 ms, the
+// step 14.05 -> 12.99 ms. Two-warp tiles won on the dispatch benchmark, whose operands
+// sit in L2 between repeats, and lost 3 ms in the step, where they come from memory.
+//
+// Shapes the tiles do not divide keep IREE's default.
 module attributes {transform.with_named_sequence} {
   transform.named_sequence @apply_op_config(%op: !transform.any_op {transform.readonly},
                                             %config: !transform.any_param {transform.readonly}) {
@@ -104,13 +113,161 @@ module attributes {transform.with_named_sequence} {
     transform.yield %op, %config : !transform.any_op, !transform.any_param
   }
 
+  // bf16 [M, K] x [K, N], N of 1024 or more (an MLP's or attention's first product): 128x128, four warps of 64x64.
+  transform.named_sequence @match_bf16_nn_wide(%op: !transform.any_op {transform.readonly})
+      -> (!transform.any_op, !transform.any_param) {
+    %batch, %m, %n, %k = transform.iree.match.contraction %op,
+      lhs_type = bf16, rhs_type = bf16, output_type = f32,
+      indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>,
+                       affine_map<(d0, d1, d2) -> (d2, d1)>,
+                       affine_map<(d0, d1, d2) -> (d0, d1)>] : !transform.any_op -> !transform.param<i64>
+    %lhs = transform.get_operand %op[0] : (!transform.any_op) -> !transform.any_value
+    %rhs = transform.get_operand %op[1] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.dim_is_multiple_of %lhs[0], 128 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %lhs[1], 64 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %rhs[1], 128 : !transform.any_value
+    transform.iree.match.dim_bounds %rhs[1], umin = 1024, umax = 1099511627776 : !transform.any_value
+    %config = transform.param.constant #iree_codegen.compilation_info<
+      lowering_config = #iree_gpu.lowering_config<{mma_kind = #iree_gpu.mma_layout<NV_MMA_SYNC_F32_16x8x16_BF16>,
+        workgroup = [128, 128, 0], subgroup = [4, 8, 0], reduction = [0, 0, 4],
+        promote_operands = [0, 1]}>,
+      translation_info = #iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse>
+                                                        workgroup_size = [128, 1, 1] subgroup_size = 32>
+    > -> !transform.any_param
+    transform.yield %op, %config : !transform.any_op, !transform.any_param
+  }
+
+  // bf16 [M, K] x [K, N], narrower: 128x64, eight warps of 32x32.
+  transform.named_sequence @match_bf16_nn(%op: !transform.any_op {transform.readonly})
+      -> (!transform.any_op, !transform.any_param) {
+    %batch, %m, %n, %k = transform.iree.match.contraction %op,
+      lhs_type = bf16, rhs_type = bf16, output_type = f32,
+      indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>,
+                       affine_map<(d0, d1, d2) -> (d2, d1)>,
+                       affine_map<(d0, d1, d2) -> (d0, d1)>] : !transform.any_op -> !transform.param<i64>
+    %lhs = transform.get_operand %op[0] : (!transform.any_op) -> !transform.any_value
+    %rhs = transform.get_operand %op[1] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.dim_is_multiple_of %lhs[0], 128 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %lhs[1], 64 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %rhs[1], 64 : !transform.any_value
+    %config = transform.param.constant #iree_codegen.compilation_info<
+      lowering_config = #iree_gpu.lowering_config<{mma_kind = #iree_gpu.mma_layout<NV_MMA_SYNC_F32_16x8x16_BF16>,
+        workgroup = [128, 64, 0], subgroup = [2, 4, 0], reduction = [0, 0, 4],
+        promote_operands = [0, 1]}>,
+      translation_info = #iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse>
+                                                        workgroup_size = [256, 1, 1] subgroup_size = 32>
+    > -> !transform.any_param
+    transform.yield %op, %config : !transform.any_op, !transform.any_param
+  }
+
+  // bf16 [M, K] x [N, K]ᵀ with N up to 1152 (input gradients into the model width): 64x128, four warps of 32x64. Wider ones keep IREE's config, which beat every candidate.
+  transform.named_sequence @match_bf16_nt(%op: !transform.any_op {transform.readonly})
+      -> (!transform.any_op, !transform.any_param) {
+    %batch, %m, %n, %k = transform.iree.match.contraction %op,
+      lhs_type = bf16, rhs_type = bf16, output_type = f32,
+      indexing_maps = [affine_map<(d0, d1, d2) -> (d0, d2)>,
+                       affine_map<(d0, d1, d2) -> (d1, d2)>,
+                       affine_map<(d0, d1, d2) -> (d0, d1)>] : !transform.any_op -> !transform.param<i64>
+    %lhs = transform.get_operand %op[0] : (!transform.any_op) -> !transform.any_value
+    %rhs = transform.get_operand %op[1] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.dim_is_multiple_of %lhs[0], 64 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %lhs[1], 64 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %rhs[0], 128 : !transform.any_value
+    transform.iree.match.dim_bounds %rhs[0], umin = 1, umax = 1152 : !transform.any_value
+    %config = transform.param.constant #iree_codegen.compilation_info<
+      lowering_config = #iree_gpu.lowering_config<{mma_kind = #iree_gpu.mma_layout<NV_MMA_SYNC_F32_16x8x16_BF16>,
+        workgroup = [64, 128, 0], subgroup = [2, 8, 0], reduction = [0, 0, 4],
+        promote_operands = [0, 1]}>,
+      translation_info = #iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse>
+                                                        workgroup_size = [128, 1, 1] subgroup_size = 32>
+    > -> !transform.any_param
+    transform.yield %op, %config : !transform.any_op, !transform.any_param
+  }
+
+  // bf16 weight gradients [B, K, M]ᵀ x [B, K, N] with N of 1024 or more: 128x128, four warps of 64x64.
+  transform.named_sequence @match_bf16_batch_tn_wide_n(%op: !transform.any_op {transform.readonly})
+      -> (!transform.any_op, !transform.any_param) {
+    %batch, %m, %n, %k = transform.iree.match.contraction %op,
+      lhs_type = bf16, rhs_type = bf16, output_type = f32,
+      indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d3, d1)>,
+                       affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>,
+                       affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>] : !transform.any_op -> !transform.param<i64>
+    %lhs = transform.get_operand %op[0] : (!transform.any_op) -> !transform.any_value
+    %rhs = transform.get_operand %op[1] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.dim_is_multiple_of %lhs[2], 128 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %lhs[1], 64 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %rhs[2], 128 : !transform.any_value
+    transform.iree.match.dim_bounds %rhs[2], umin = 1024, umax = 1099511627776 : !transform.any_value
+    %config = transform.param.constant #iree_codegen.compilation_info<
+      lowering_config = #iree_gpu.lowering_config<{mma_kind = #iree_gpu.mma_layout<NV_MMA_SYNC_F32_16x8x16_BF16>,
+        workgroup = [1, 128, 128, 0], subgroup = [0, 4, 8, 0], reduction = [0, 0, 0, 4],
+        promote_operands = [0, 1]}>,
+      translation_info = #iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse>
+                                                        workgroup_size = [128, 1, 1] subgroup_size = 32>
+    > -> !transform.any_param
+    transform.yield %op, %config : !transform.any_op, !transform.any_param
+  }
+
+  // The same with M of 1024 or more. Smaller ones (384x384) keep IREE's 64x64: 128x128 tiles leave SMs idle.
+  transform.named_sequence @match_bf16_batch_tn_wide_m(%op: !transform.any_op {transform.readonly})
+      -> (!transform.any_op, !transform.any_param) {
+    %batch, %m, %n, %k = transform.iree.match.contraction %op,
+      lhs_type = bf16, rhs_type = bf16, output_type = f32,
+      indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d3, d1)>,
+                       affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>,
+                       affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>] : !transform.any_op -> !transform.param<i64>
+    %lhs = transform.get_operand %op[0] : (!transform.any_op) -> !transform.any_value
+    %rhs = transform.get_operand %op[1] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.dim_is_multiple_of %lhs[2], 128 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %lhs[1], 64 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %rhs[2], 128 : !transform.any_value
+    transform.iree.match.dim_bounds %lhs[2], umin = 1024, umax = 1099511627776 : !transform.any_value
+    %config = transform.param.constant #iree_codegen.compilation_info<
+      lowering_config = #iree_gpu.lowering_config<{mma_kind = #iree_gpu.mma_layout<NV_MMA_SYNC_F32_16x8x16_BF16>,
+        workgroup = [1, 128, 128, 0], subgroup = [0, 4, 8, 0], reduction = [0, 0, 0, 4],
+        promote_operands = [0, 1]}>,
+      translation_info = #iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse>
+                                                        workgroup_size = [128, 1, 1] subgroup_size = 32>
+    > -> !transform.any_param
+    transform.yield %op, %config : !transform.any_op, !transform.any_param
+  }
+
+  // bf16 attention products [B, M, K] x [B, K, N]: IREE's 64x64 with a 64-deep reduction tile instead of 128.
+  transform.named_sequence @match_bf16_batch_nn(%op: !transform.any_op {transform.readonly})
+      -> (!transform.any_op, !transform.any_param) {
+    %batch, %m, %n, %k = transform.iree.match.contraction %op,
+      lhs_type = bf16, rhs_type = bf16, output_type = f32,
+      indexing_maps = [affine_map<(d0, d1, d2, d3) -> (d0, d1, d3)>,
+                       affine_map<(d0, d1, d2, d3) -> (d0, d3, d2)>,
+                       affine_map<(d0, d1, d2, d3) -> (d0, d1, d2)>] : !transform.any_op -> !transform.param<i64>
+    %lhs = transform.get_operand %op[0] : (!transform.any_op) -> !transform.any_value
+    %rhs = transform.get_operand %op[1] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.dim_is_multiple_of %lhs[1], 64 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %lhs[2], 64 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %rhs[2], 64 : !transform.any_value
+    %config = transform.param.constant #iree_codegen.compilation_info<
+      lowering_config = #iree_gpu.lowering_config<{mma_kind = #iree_gpu.mma_layout<NV_MMA_SYNC_F32_16x8x16_BF16>,
+        workgroup = [1, 64, 64, 0], subgroup = [0, 2, 4, 0], reduction = [0, 0, 0, 4],
+        promote_operands = [0, 1]}>,
+      translation_info = #iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse>
+                                                        workgroup_size = [128, 1, 1] subgroup_size = 32>
+    > -> !transform.any_param
+    transform.yield %op, %config : !transform.any_op, !transform.any_param
+  }
+
   transform.named_sequence @__kernel_config(%variant_op: !transform.any_op {transform.consumed})
       -> !transform.any_op attributes {iree_codegen.tuning_spec_entrypoint} {
     %res = transform.foreach_match in %variant_op
         @match_nn -> @apply_op_config,
         @match_nt -> @apply_op_config,
         @match_batch_nn -> @apply_op_config,
-        @match_batch_tn -> @apply_op_config
+        @match_batch_tn -> @apply_op_config,
+        @match_bf16_nn_wide -> @apply_op_config,
+        @match_bf16_nn -> @apply_op_config,
+        @match_bf16_nt -> @apply_op_config,
+        @match_bf16_batch_tn_wide_n -> @apply_op_config,
+        @match_bf16_batch_tn_wide_m -> @apply_op_config,
+        @match_bf16_batch_nn -> @apply_op_config
       : (!transform.any_op) -> !transform.any_op
     transform.yield %res : !transform.any_op
   }
