@@ -16,11 +16,28 @@ import tomli_w
 
 from pcp_core.precision import PRECISIONS
 
-INNER_LR_SCALINGS = ("sqrt", "none")  # see RunConfig.inner_lr_scaling
+# Named exponents of --inner-lr-scaling (see RunConfig.inner_lr_scaling).
+INNER_LR_SCALINGS = {"sqrt": 0.5, "none": 0.0}
 
 
 class ConfigError(ValueError):
     """A bad setting: unknown key, wrong type, out-of-range value."""
+
+
+def inner_lr_exponent(scaling: str) -> float:
+    """p of --inner-lr-scaling (the workers' lr is --lr times M^p): a named one or a
+    number from 0 to 1; ConfigError for anything else."""
+    if scaling in INNER_LR_SCALINGS:
+        return INNER_LR_SCALINGS[scaling]
+    try:
+        exponent = float(scaling)
+    except ValueError:
+        exponent = -1.0
+    if not 0 <= exponent <= 1:
+        raise ConfigError(
+            f"inner_lr_scaling must be sqrt, none or an exponent from 0 to 1: {scaling!r}"
+        )
+    return exponent
 
 
 def _opt(default: Any, help: str, **extra: Any) -> Any:
@@ -117,12 +134,16 @@ class RunConfig:
     # at √M the workers lost 1-3% to synchronous training where --lr as given lost 4-13%
     # with four workers, but only with a warm-up of several rounds (4: 1.2-3.9%, 6:
     # 1.0-3.3%, a third of the run: 1.2-1.5% with momentum 0.7); with 20 steps of it a
-    # larger lr stalled four workers on two of four corpora (+20% and +37%).
+    # larger lr stalled four workers on two of four corpora (+20% and +37%). M^0.75 beat
+    # √M in 17 of 20 runs (5 corpora and models, M = 2 and 4, seeds 0 and 1); its worst
+    # was +3.0% (village, four workers, seed 1), √M's +4.1% and +3.4% (perl docs and the
+    # small model, four workers): benchmarks/results/diloco_trials_2026-11-24c.md.
     inner_lr_scaling: str = _opt(
-        "sqrt",
-        "DiLoCo: the workers' inner learning rate from --lr and --min-lr (those of training "
-        "the same tokens a step on one machine): `sqrt` multiplies both by the square root "
-        "of --workers, `none` uses them as given (e.g. for an lr tuned for the workers).",
+        "0.75",
+        "DiLoCo: the workers' inner learning rate is --lr and --min-lr (those of training "
+        "the same tokens a step on one machine) times M^p, M the number of workers: p a "
+        "number from 0 to 1, `sqrt` (0.5) or `none` (0: the lr as given, e.g. one tuned "
+        "for the workers).",
     )
     inner_warmup_rounds: int = _opt(
         8,
@@ -222,11 +243,7 @@ class RunConfig:
                 raise ConfigError(f"{name} must be in 0..65535, got {value}")
         if self.warmup_steps < 0 or self.eval_every < 0:
             raise ConfigError("warmup_steps and eval_every must not be negative")
-        if self.inner_lr_scaling not in INNER_LR_SCALINGS:
-            raise ConfigError(
-                f"inner_lr_scaling must be one of {', '.join(INNER_LR_SCALINGS)}: "
-                f"{self.inner_lr_scaling!r}"
-            )
+        inner_lr_exponent(self.inner_lr_scaling)
         if self.precision not in PRECISIONS:
             raise ConfigError(
                 f"precision must be one of {', '.join(PRECISIONS)}: {self.precision!r}"

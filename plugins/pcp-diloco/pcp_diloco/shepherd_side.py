@@ -14,7 +14,7 @@ import structlog
 
 from pcp_core import checkpoint, distributed
 from pcp_core.algorithms import RunContext
-from pcp_core.config import ConfigError, RunConfig
+from pcp_core.config import ConfigError, RunConfig, inner_lr_exponent
 from pcp_core.messages import Assignment
 from pcp_core.optimizers import OuterSettings
 from pcp_core.training import prepare
@@ -43,9 +43,9 @@ def plan(config: RunConfig) -> tuple[RunConfig, int]:
 
 
 def inner_lr_scale(config: RunConfig) -> float:
-    """What the workers' inner learning rates are --lr and --min-lr multiplied by: the
-    square root of the number of workers under `--inner-lr-scaling sqrt`, else 1."""
-    return math.sqrt(config.workers) if config.inner_lr_scaling == "sqrt" else 1.0
+    """What the workers' inner learning rates are --lr and --min-lr multiplied by: M^p
+    for M workers and p of `--inner-lr-scaling`."""
+    return config.workers ** inner_lr_exponent(config.inner_lr_scaling)
 
 
 def inner_warmup_steps(config: RunConfig) -> int:

@@ -1,5 +1,5 @@
 """The workers' inner optimizer settings that DiLoCo's plan derives from the run's flags:
-`--inner-lr-scaling sqrt` (the default) multiplies --lr and --min-lr by √M, and
+`--inner-lr-scaling` (default 0.75) multiplies --lr and --min-lr by M^0.75, and
 `--inner-warmup-rounds` (default 8) lengthens the warm-up; nothing else changes."""
 
 import math
@@ -20,10 +20,13 @@ def workers_inner(flags: dict) -> InnerSettings:
 
 
 @pytest.mark.parametrize("workers", [1, 2, 4, 8])
-def test_sqrt_scaling_multiplies_lr_and_min_lr_by_the_root_of_the_workers(workers: int) -> None:
+def test_the_scaling_multiplies_lr_and_min_lr_by_a_power_of_the_workers(workers: int) -> None:
     inner = workers_inner({"workers": workers})
-    assert inner.lr == pytest.approx(3e-3 * math.sqrt(workers))
-    assert inner.min_lr == pytest.approx(3e-4 * math.sqrt(workers))  # a tenth of lr, scaled
+    assert inner.lr == pytest.approx(3e-3 * workers**0.75)
+    assert inner.min_lr == pytest.approx(3e-4 * workers**0.75)  # a tenth of lr, scaled
+    root = workers_inner({"workers": workers, "inner_lr_scaling": "sqrt"})
+    assert root.lr == pytest.approx(3e-3 * math.sqrt(workers))
+    assert workers_inner({"workers": workers, "inner_lr_scaling": "0.5"}) == root
     as_given = workers_inner({"workers": workers, "inner_lr_scaling": "none"})
     assert (as_given.lr, as_given.min_lr) == pytest.approx((3e-3, 3e-4))
     assert inner.warmup_steps == as_given.warmup_steps == 333  # 8 rounds, at most a third
@@ -33,7 +36,8 @@ def test_sqrt_scaling_multiplies_lr_and_min_lr_by_the_root_of_the_workers(worker
 
 
 def test_an_explicit_min_lr_and_worker_backends_count_too() -> None:
-    inner = workers_inner({"worker_backends": "cpu,cpu,cpu,cpu", "lr": 1e-3, "min_lr": 0.0})
+    flags = {"worker_backends": "cpu,cpu,cpu,cpu", "lr": 1e-3, "min_lr": 0.0}
+    inner = workers_inner(flags | {"inner_lr_scaling": "sqrt"})
     assert (inner.lr, inner.min_lr) == pytest.approx((2e-3, 0.0))
 
 
@@ -61,10 +65,16 @@ def test_the_warmup_is_the_longer_of_the_rounds_and_warmup_steps(flags: dict, wa
     assert inner.total_steps == (flags.get("steps") or 1000)
 
 
+SCALING_MESSAGE = "inner_lr_scaling must be sqrt, none or an exponent from 0 to 1: "
+
+
 @pytest.mark.parametrize(
     ("flags", "message"),
     [
-        ({"inner_lr_scaling": "linear"}, "inner_lr_scaling must be one of sqrt, none: 'linear'"),
+        *(
+            ({"inner_lr_scaling": bad}, SCALING_MESSAGE + repr(bad))
+            for bad in ("linear", "1.5", "-0.5", "nan")
+        ),
         ({"inner_warmup_rounds": -1}, "inner_warmup_rounds must not be negative, got -1"),
         ({"outer_warmup_rounds": -2}, "outer_warmup_rounds must not be negative, got -2"),
     ],
