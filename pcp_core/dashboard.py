@@ -92,6 +92,8 @@ def _header(run: dict[str, Any]) -> Panel:
         facts.append(f"{run['tokens_per_s']:,.0f} tok/s   ")
     facts.append(f"elapsed {_duration(run['elapsed_s'])}   ")
     facts.append(f"ETA {_duration(run['eta_s'])}")
+    if run.get("status_url"):
+        facts.append(f"   {run['status_url']}")
     bar = ProgressBar(total=max(total, 1), completed=min(step, max(total, 1)))
     state = Text(run["state"], style="bold " + ("red" if run["state"] == "failed" else "green"))
     return Panel(Group(facts, bar), title=title, subtitle=state, title_align="left")

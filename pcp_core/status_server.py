@@ -44,7 +44,9 @@ def serving(status: RunStatus, host: str, port: int | None) -> Iterator[tuple[st
     thread = threading.Thread(target=server.serve_forever, name="pcp-status", daemon=True)
     thread.start()
     address = server.server_address[:2]
-    log.info("status endpoint", url=f"http://{_url_host(address[0])}:{address[1]}/status")
+    url = f"http://{_url_host(address[0])}:{address[1]}/status"
+    status.describe(status_url=url)  # the dashboard shows it: with port 0, where it is
+    log.info("status endpoint", url=url)
     try:
         yield address
     finally:

@@ -8,7 +8,7 @@ endpoint and `pcp status` while the run goes on.
 
 import json
 import os
-import socket
+import re
 import sys
 import time
 import urllib.request
@@ -151,12 +151,6 @@ def test_logs_are_json_lines_off_a_terminal(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--log-format must be one of auto, console, json" in bad.stderr
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
 @pytest.mark.slow
 def test_a_live_run_on_a_terminal(tmp_path: Path) -> None:
     """A person's view: the dashboard on a 150x50 terminal, the endpoint, `pcp status`,
@@ -164,12 +158,14 @@ def test_a_live_run_on_a_terminal(tmp_path: Path) -> None:
     import pexpect
     import pyte
 
-    port, out = free_port(), tmp_path / "run"
+    out = tmp_path / "run"
     args = ["-m", "pcp_core", "train", "--algorithm", "diloco", "--workers", "2"]
     # far more rounds than the test watches: it ends the run with Ctrl-C once it has seen
     # what it came for, so a fast machine cannot finish the run under its feet
     args += ["--steps", "100000", "--inner-steps", "50", "--batch-size", "4", *TINY]
-    args += ["--status-port", str(port), "--out", str(out)]
+    # port 0: the run binds a free port itself and the dashboard shows which; a port
+    # picked here and let go could be taken by another test's server before the run binds it
+    args += ["--status-port", "0", "--out", str(out)]
     env = {**os.environ, "TERM": "xterm-256color", "COLUMNS": "150", "LINES": "50"}
     env.pop("PCP_LOG_FORMAT")  # as a user has it: auto
     run = pexpect.spawn(sys.executable, args, env=env, dimensions=(50, 150), timeout=5)
@@ -199,6 +195,9 @@ def test_a_live_run_on_a_terminal(tmp_path: Path) -> None:
         (tmp_path / "screen.txt").write_text(shown)
         assert "workers" in shown and "PCP · diloco · cpu" in shown and "tok/s" in shown
         assert "━ train" in shown and "compute" in shown, shown
+        shown_url = re.search(r"http://127\.0\.0\.1:(\d+)/status", shown)
+        assert shown_url, shown
+        port = int(shown_url.group(1))
         base = f"http://127.0.0.1:{port}"
         assert urllib.request.urlopen(base + "/healthz").read() == b"ok\n"
         live = json.loads(urllib.request.urlopen(base + "/status").read())
