@@ -297,6 +297,8 @@ def _coerce(name: str, value: Any) -> Any:
             return float(value)
         if "str" in text and isinstance(value, str):
             return value
+        if "str" in text and isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)  # TOML's `inner_lr_scaling = 0.75`, a number a user writes bare
     except (TypeError, ValueError):
         pass
     raise ConfigError(f"{name}: expected {text.replace('pathlib.', '')}, got {value!r}")

@@ -27,6 +27,7 @@ def test_the_scaling_multiplies_lr_and_min_lr_by_a_power_of_the_workers(workers:
     root = workers_inner({"workers": workers, "inner_lr_scaling": "sqrt"})
     assert root.lr == pytest.approx(3e-3 * math.sqrt(workers))
     assert workers_inner({"workers": workers, "inner_lr_scaling": "0.5"}) == root
+    assert workers_inner({"workers": workers, "inner_lr_scaling": 0.5}) == root  # TOML's number
     as_given = workers_inner({"workers": workers, "inner_lr_scaling": "none"})
     assert (as_given.lr, as_given.min_lr) == pytest.approx((3e-3, 3e-4))
     assert inner.warmup_steps == as_given.warmup_steps == 333  # 8 rounds, at most a third
