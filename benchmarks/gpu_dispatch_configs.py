@@ -65,22 +65,15 @@ def configured(source: str, candidate: tuple[int, int, int, int, int]) -> str | 
     return re.sub(r"workgroup_size = \[\d+, 1, 1\]", size, source)
 
 
-def flop_count(name: str) -> int:
-    """2·B·M·N·K from a dispatch name such as `..._batch_matmul_8x1536x384x1024_bf16...`."""
-    dims = re.search(r"matmul_([\dx]+)_", name).group(1).split("x")
-    count = 2
-    for d in dims:
-        count *= int(d)
-    return count
-
-
 def compile_all(benchmarks: Path, out: Path, target: str) -> None:
+    from kernel_profile import matmul_flops  # the script beside this one
+
     out.mkdir(parents=True, exist_ok=True)
     cases = []
     for path in sorted(benchmarks.glob("*_benchmark.mlir")):
         source = path.read_text()
         function = re.search(r"util\.func public @(\w+)\(%arg0: i32\)", source)
-        if "matmul" not in path.read_text() or function is None:
+        if "matmul" not in source or function is None:
             continue
         for name, candidate in CANDIDATES.items():
             text = configured(source, candidate)
@@ -99,7 +92,7 @@ def compile_all(benchmarks: Path, out: Path, target: str) -> None:
                         "stem": stem,
                         "config": name,
                         "function": function.group(1),
-                        "flop": flop_count(function.group(1)),
+                        "flop": matmul_flops(function.group(1)),
                     }
                 )
     (out / "cases.json").write_text(json.dumps(cases, indent=1))

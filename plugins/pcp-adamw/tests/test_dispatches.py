@@ -8,7 +8,7 @@ import pcp_adamw
 from pcp_core.optimizers import InnerSettings
 
 
-def dispatch_names(build=pcp_adamw.build) -> list[str]:
+def dispatch_names() -> list[str]:
     """The dispatches IREE launches for one clipped AdamW update of three parameters."""
     import jax
     import jax.numpy as jnp
@@ -18,7 +18,7 @@ def dispatch_names(build=pcp_adamw.build) -> list[str]:
 
     params = {"matrix": np.zeros((64, 32), np.float32), "bias": np.zeros(32, np.float32)}
     params["gain"] = np.ones(32, np.float32)
-    tx = build(InnerSettings(grad_clip=1.0))
+    tx = pcp_adamw.build(InnerSettings(grad_clip=1.0))
 
     def step(params, grads, state):
         updates, state = tx.update(grads, state, params)
