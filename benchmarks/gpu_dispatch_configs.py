@@ -16,7 +16,7 @@ figure is the median over repeats of the time per dispatch. Its operands then st
 L2, so it flatters configs that hide memory latency badly: on the H100 two-warp tiles
 won here and lost 3 ms in the step. Check winners on the whole step
 (`kernel_profile.py` under Nsight Compute) before they go into the cuda plugin's
-transform library (pcp_iree_cuda/matmul_spec.mlir).
+transform library (pcp_iree_cuda/kernel_configs.mlir).
 """
 
 import argparse

@@ -1,6 +1,6 @@
 """Float32 matrix-product lowering configs for IREE CUDA, one product at a time.
 
-How the configs in pcp_iree_cuda/f32_matmul_spec.mlir were chosen. `compile` (here,
+How the f32 configs in pcp_iree_cuda/kernel_configs.mlir were chosen. `compile` (here,
 with the IREE compiler) writes each product of the gpt-b32 step's three layouts —
 forward `[M,K]x[K,N]`, input gradient `[M,K]x[N,K]ᵀ`, weight gradient `[K,M]ᵀx[K,N]` —
 once with IREE's default config and once per candidate config. `run` (on an NVIDIA GPU

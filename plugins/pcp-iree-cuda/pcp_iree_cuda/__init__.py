@@ -5,10 +5,11 @@ JIT-compiled by the driver and runs on Hopper and later, so those map to sm_80.
 
 Compile flags, each measured on the gpt-b32 step (6 layers, width 384, batch 32) on an
 H200 (benchmarks/step_time.py --backend cuda; benchmarks/README.md has the tables):
-- `--iree-codegen-transform-dialect-library=matmul_spec.mlir`: shared-memory SIMT
-  configs for float32 matrix products, which IREE otherwise runs at 2-3 TFLOP/s, and
-  tiles for the bf16 ones, which IREE gives one 64x64 tile whatever their shape (H100,
-  gpt-b32 bf16 step 14.05 -> 12.99 ms; the file says what each buys).
+- `--iree-codegen-transform-dialect-library=kernel_configs.mlir`: shared-memory SIMT
+  configs for float32 matrix products, which IREE otherwise runs at 2-3 TFLOP/s; tiles
+  for the bf16 ones, which IREE gives one 64x64 tile whatever their shape (H100,
+  gpt-b32 bf16 step 14.05 -> 12.99 ms); and eight warps a workgroup for elementwise
+  passes, which IREE gives one (13.07 -> 11.75 ms; the file says what each buys).
   `--iree-codegen-tuning-spec-path` would be the documented flag, but IREE 3.13 ignores
   it for CUDA: the spec is never read.
 - No `--iree-dispatch-creation-split-matmul-reduction`: it helped the default f32 configs
@@ -79,7 +80,7 @@ def detect_arch(device: int = 0) -> str | None:
     return None
 
 
-MATMUL_SPEC = resources.files(__name__) / "matmul_spec.mlir"
+KERNEL_CONFIGS = resources.files(__name__) / "kernel_configs.mlir"
 
 CUDA = Backend(
     name="cuda",
@@ -88,7 +89,7 @@ CUDA = Backend(
     default_arch=FALLBACK,
     description="NVIDIA GPUs through IREE cuda",
     arch_flag="--iree-cuda-target={arch}",
-    extra_flags=(f"--iree-codegen-transform-dialect-library={MATMUL_SPEC}",),
+    extra_flags=(f"--iree-codegen-transform-dialect-library={KERNEL_CONFIGS}",),
     runtime_flags=("--cuda_async_allocations=false",),
     unroll_steps=True,
     detect_arch=detect_arch,

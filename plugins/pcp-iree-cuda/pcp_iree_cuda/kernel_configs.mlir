@@ -1,5 +1,5 @@
-// IREE transform library: lowering configs for the matrix products of a GPT step on
-// NVIDIA GPUs, float32 and bf16.
+// IREE transform library: lowering configs for a GPT step's kernels on NVIDIA GPUs: the
+// matrix products, float32 and bf16, and the elementwise passes.
 //
 // float32: IREE 3.13 has no float32 matrix-unit path on NVIDIA, and its default SIMT
 // configs for f32 contractions read both operands straight from global memory with 1x16
@@ -16,6 +16,15 @@
 // benchmarks/results/gpu/h100/2026-11-24c): the step's products 6.1 -> 5.1 ms, the
 // step 14.05 -> 12.99 ms. Two-warp tiles won on the dispatch benchmark, whose operands
 // sit in L2 between repeats, and lost 3 ms in the step, where they come from memory.
+//
+// Elementwise passes (casts, bias and residual adds, layer norm's normalisation,
+// transposes): IREE gives every one a single warp a workgroup and 4 elements a thread,
+// which holds a memory-bound pass to about 1 TB/s on an H100 (a [8192, 1536] f32 -> bf16
+// cast, 75 MB, took 62 us). Eight warps a workgroup with the same 4 elements a thread:
+// that cast 62 -> 23 us, the gpt-b32 bf16 step's elementwise passes 3.9 -> 2.5 ms and
+// the step 13.07 -> 11.75 ms (H100, 2026-11-24; benchmarks/results/gpu/h100/2026-11-24d).
+// The same change to the column sums (an outer reduction, also one warp a workgroup)
+// made them slower, so they keep IREE's.
 //
 // Shapes the tiles do not divide keep IREE's default.
 module attributes {transform.with_named_sequence} {
@@ -255,6 +264,112 @@ module attributes {transform.with_named_sequence} {
     transform.yield %op, %config : !transform.any_op, !transform.any_param
   }
 
+  // An elementwise pass: a linalg.generic whose loops are all parallel and whose operands
+  // are all read from memory, not computed in the dispatch (a product's epilogue has its
+  // own config). Yields the rank. Only float inputs (the callers check the type): IREE
+  // also compiles integer index arithmetic on constants for the host, where a GPU config
+  // would not lower.
+  transform.named_sequence @match_elementwise(%op: !transform.any_op {transform.readonly})
+      -> !transform.param<i64> {
+    transform.match.operation_name %op ["linalg.generic"] : !transform.any_op
+    %rank = transform.match.structured failures(propagate) %op : (!transform.any_op) -> !transform.param<i64> {
+    ^bb0(%s: !transform.any_op):
+      transform.match.structured.dim %s[all] parallel : !transform.any_op
+      %r = transform.match.structured.rank %s : (!transform.any_op) -> !transform.param<i64>
+      transform.match.structured.yield %r : !transform.param<i64>
+    }
+    %operands = transform.get_operand %op[all] : (!transform.any_op) -> !transform.any_value
+    %producers = transform.get_defining_op %operands : (!transform.any_value) -> !transform.any_op
+    %none = transform.param.constant 0 : i64 -> !transform.param<i64>
+    %generic = transform.select "linalg.generic" in %producers : (!transform.any_op) -> !transform.any_op
+    %generic_count = transform.num_associations %generic : (!transform.any_op) -> !transform.param<i64>
+    transform.match.param.cmpi eq %generic_count, %none : !transform.param<i64>
+    %matmul = transform.select "linalg.matmul" in %producers : (!transform.any_op) -> !transform.any_op
+    %matmul_count = transform.num_associations %matmul : (!transform.any_op) -> !transform.param<i64>
+    transform.match.param.cmpi eq %matmul_count, %none : !transform.param<i64>
+    %batch_matmul = transform.select "linalg.batch_matmul" in %producers : (!transform.any_op) -> !transform.any_op
+    %batch_matmul_count = transform.num_associations %batch_matmul : (!transform.any_op) -> !transform.param<i64>
+    transform.match.param.cmpi eq %batch_matmul_count, %none : !transform.param<i64>
+    transform.yield %rank : !transform.param<i64>
+  }
+
+  // Elementwise over a vector (a multiple of 1024): 256 threads of 4 elements.
+  transform.named_sequence @match_elementwise_1d(%op: !transform.any_op {transform.readonly})
+      -> (!transform.any_op, !transform.any_param) {
+    %rank = transform.include @match_elementwise failures(propagate) (%op) : (!transform.any_op) -> !transform.param<i64>
+    %one = transform.param.constant 1 : i64 -> !transform.param<i64>
+    transform.match.param.cmpi eq %rank, %one : !transform.param<i64>
+    %input = transform.get_operand %op[0] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.cast_compatible_type %input = tensor<?xf32> : !transform.any_value
+    %output = transform.get_operand %op[-1] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.dim_is_multiple_of %output[0], 1024 : !transform.any_value
+    %config = transform.param.constant #iree_codegen.compilation_info<
+      lowering_config = #iree_gpu.lowering_config<{workgroup = [1024], thread = [4]}>,
+      translation_info = #iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse>
+                                                        workgroup_size = [256, 1, 1] subgroup_size = 32>
+    > -> !transform.any_param
+    transform.yield %op, %config : !transform.any_op, !transform.any_param
+  }
+
+  // Elementwise over rows (rows a multiple of 8, width of 128): 8 rows of 32 threads.
+  transform.named_sequence @match_elementwise_2d(%op: !transform.any_op {transform.readonly})
+      -> (!transform.any_op, !transform.any_param) {
+    %rank = transform.include @match_elementwise failures(propagate) (%op) : (!transform.any_op) -> !transform.param<i64>
+    %two = transform.param.constant 2 : i64 -> !transform.param<i64>
+    transform.match.param.cmpi eq %rank, %two : !transform.param<i64>
+    %input = transform.get_operand %op[0] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.cast_compatible_type %input = tensor<?x?xf32> : !transform.any_value
+    %output = transform.get_operand %op[-1] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.dim_is_multiple_of %output[0], 8 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %output[1], 128 : !transform.any_value
+    %config = transform.param.constant #iree_codegen.compilation_info<
+      lowering_config = #iree_gpu.lowering_config<{workgroup = [8, 128], thread = [1, 4]}>,
+      translation_info = #iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse>
+                                                        workgroup_size = [256, 1, 1] subgroup_size = 32>
+    > -> !transform.any_param
+    transform.yield %op, %config : !transform.any_op, !transform.any_param
+  }
+
+  // Elementwise over [batch, heads, time, head width] (attention's q, k, v and their
+  // gradients): 16 positions of 16 threads.
+  transform.named_sequence @match_elementwise_4d(%op: !transform.any_op {transform.readonly})
+      -> (!transform.any_op, !transform.any_param) {
+    %rank = transform.include @match_elementwise failures(propagate) (%op) : (!transform.any_op) -> !transform.param<i64>
+    %four = transform.param.constant 4 : i64 -> !transform.param<i64>
+    transform.match.param.cmpi eq %rank, %four : !transform.param<i64>
+    %input = transform.get_operand %op[0] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.cast_compatible_type %input = tensor<?x?x?x?xf32> : !transform.any_value
+    %output = transform.get_operand %op[-1] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.dim_is_multiple_of %output[2], 16 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %output[3], 64 : !transform.any_value
+    %config = transform.param.constant #iree_codegen.compilation_info<
+      lowering_config = #iree_gpu.lowering_config<{workgroup = [1, 1, 16, 64], thread = [1, 1, 1, 4]}>,
+      translation_info = #iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse>
+                                                        workgroup_size = [256, 1, 1] subgroup_size = 32>
+    > -> !transform.any_param
+    transform.yield %op, %config : !transform.any_op, !transform.any_param
+  }
+
+  // Elementwise over [batch, time, 3, heads, head width] (attention's q/k/v split and its
+  // gradient, which transpose between that and [3, batch, heads, time, head width]): 16
+  // positions of 16 threads. The loops are the untransposed side's, so their sizes are
+  // not an operand's to check; a tile they do not divide costs idle threads, not
+  // correctness.
+  transform.named_sequence @match_elementwise_5d(%op: !transform.any_op {transform.readonly})
+      -> (!transform.any_op, !transform.any_param) {
+    %rank = transform.include @match_elementwise failures(propagate) (%op) : (!transform.any_op) -> !transform.param<i64>
+    %five = transform.param.constant 5 : i64 -> !transform.param<i64>
+    transform.match.param.cmpi eq %rank, %five : !transform.param<i64>
+    %input = transform.get_operand %op[0] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.cast_compatible_type %input = tensor<?x?x?x?x?xf32> : !transform.any_value
+    %config = transform.param.constant #iree_codegen.compilation_info<
+      lowering_config = #iree_gpu.lowering_config<{workgroup = [1, 16, 1, 1, 64], thread = [1, 1, 1, 1, 4]}>,
+      translation_info = #iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse>
+                                                        workgroup_size = [256, 1, 1] subgroup_size = 32>
+    > -> !transform.any_param
+    transform.yield %op, %config : !transform.any_op, !transform.any_param
+  }
+
   transform.named_sequence @__kernel_config(%variant_op: !transform.any_op {transform.consumed})
       -> !transform.any_op attributes {iree_codegen.tuning_spec_entrypoint} {
     %res = transform.foreach_match in %variant_op
@@ -267,7 +382,11 @@ module attributes {transform.with_named_sequence} {
         @match_bf16_nt -> @apply_op_config,
         @match_bf16_batch_tn_wide_n -> @apply_op_config,
         @match_bf16_batch_tn_wide_m -> @apply_op_config,
-        @match_bf16_batch_nn -> @apply_op_config
+        @match_bf16_batch_nn -> @apply_op_config,
+        @match_elementwise_1d -> @apply_op_config,
+        @match_elementwise_2d -> @apply_op_config,
+        @match_elementwise_4d -> @apply_op_config,
+        @match_elementwise_5d -> @apply_op_config
       : (!transform.any_op) -> !transform.any_op
     transform.yield %res : !transform.any_op
   }
