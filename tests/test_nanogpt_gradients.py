@@ -1,6 +1,6 @@
 """The built-in GPT's hand-written gradients against autodiff of the plain formulas.
 
-Layer norm, GELU and the column sums have their backward passes
+Layer norm, GELU, the column sums and the q/k/v split have their backward passes
 written out (pcp_core/nanogpt.py says why: fewer bytes kept for the backward pass, and
 reductions GPU targets run well); in f32 they must be the gradients autodiff gives.
 """
@@ -56,3 +56,15 @@ def test_column_sum(rng, shape) -> None:
     g = rng.standard_normal(shape).astype(np.float32)
     expected = g.reshape(-1, shape[-1]).astype(np.float64).sum(axis=0)
     np.testing.assert_allclose(nanogpt._column_sum(g), expected, rtol=1e-4, atol=1e-3)
+
+
+def test_split_heads(rng) -> None:
+    def reference(qkv):
+        q, k, v = qkv.reshape(2, 8, 3, 4, 6).transpose(2, 0, 3, 1, 4)
+        return q, k, v
+
+    qkv = rng.standard_normal((2, 8, 72)).astype(np.float32)
+    cotangents = tuple(rng.standard_normal((2, 4, 8, 6)).astype(np.float32) for _ in range(3))
+    for got, expected in zip(nanogpt._split_heads(4)(qkv), reference(qkv), strict=True):
+        np.testing.assert_array_equal(got, expected)
+    assert_same_gradients(nanogpt._split_heads(4), reference, [qkv], cotangents)
