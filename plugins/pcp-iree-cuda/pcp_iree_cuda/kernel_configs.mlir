@@ -24,7 +24,7 @@
 // that cast 62 -> 23 us, the gpt-b32 bf16 step's elementwise passes 3.9 -> 2.5 ms and
 // the step 13.07 -> 11.75 ms (H100, 2026-11-24; benchmarks/results/gpu/h100/2026-11-24d).
 // The same change to the column sums (an outer reduction, also one warp a workgroup)
-// made them slower, so they keep IREE's.
+// made them slower; only their last, short sum has a config of its own.
 //
 // Shapes the tiles do not divide keep IREE's default.
 module attributes {transform.with_named_sequence} {
@@ -350,6 +350,26 @@ module attributes {transform.with_named_sequence} {
     transform.yield %op, %config : !transform.any_op, !transform.any_param
   }
 
+  // Elementwise over [batch, time, heads, head width] (attention's output, heads
+  // joined back into rows): 16 positions of 16 threads.
+  transform.named_sequence @match_elementwise_4d_rows(%op: !transform.any_op {transform.readonly})
+      -> (!transform.any_op, !transform.any_param) {
+    %rank = transform.include @match_elementwise failures(propagate) (%op) : (!transform.any_op) -> !transform.param<i64>
+    %four = transform.param.constant 4 : i64 -> !transform.param<i64>
+    transform.match.param.cmpi eq %rank, %four : !transform.param<i64>
+    %input = transform.get_operand %op[0] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.cast_compatible_type %input = tensor<?x?x?x?xf32> : !transform.any_value
+    %output = transform.get_operand %op[-1] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.dim_is_multiple_of %output[1], 16 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %output[3], 64 : !transform.any_value
+    %config = transform.param.constant #iree_codegen.compilation_info<
+      lowering_config = #iree_gpu.lowering_config<{workgroup = [1, 16, 1, 64], thread = [1, 1, 1, 4]}>,
+      translation_info = #iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse>
+                                                        workgroup_size = [256, 1, 1] subgroup_size = 32>
+    > -> !transform.any_param
+    transform.yield %op, %config : !transform.any_op, !transform.any_param
+  }
+
   // Elementwise over [batch, time, 3, heads, head width] (attention's q/k/v split and its
   // gradient, which transpose between that and [3, batch, heads, time, head width]): 16
   // positions of 16 threads. The loops are the untransposed side's, so their sizes are
@@ -370,6 +390,34 @@ module attributes {transform.with_named_sequence} {
     transform.yield %op, %config : !transform.any_op, !transform.any_param
   }
 
+  // The last sum of a column sum (pcp_core.nanogpt._column_sum: [128, width] rows to add
+  // after the folds): IREE gives it one warp a workgroup, 4 columns a thread and 4 rows an
+  // iteration, 32 dependent iterations; here 64 threads of one column each, 16 rows an
+  // iteration. H100 gpt-b32 bf16 step: those sums 0.37 -> 0.27 ms (50 launches).
+  transform.named_sequence @match_column_sum_last(%op: !transform.any_op {transform.readonly})
+      -> (!transform.any_op, !transform.any_param) {
+    %ins, %outs = transform.iree.match.cast_compatible_dag_from_root %op {
+    ^bb0(%in: tensor<?x?xf32>, %out: tensor<?xf32>):
+      %r = linalg.generic {indexing_maps = [affine_map<(d0, d1) -> (d1, d0)>, affine_map<(d0, d1) -> (d0)>],
+                           iterator_types = ["parallel", "reduction"]}
+          ins(%in : tensor<?x?xf32>) outs(%out : tensor<?xf32>) {
+      ^bb0(%a: f32, %b: f32):
+        %s = arith.addf %b, %a : f32
+        linalg.yield %s : f32
+      } -> tensor<?xf32>
+    } : (!transform.any_op) -> (!transform.any_value, !transform.any_value)
+    %input = transform.get_operand %op[0] : (!transform.any_op) -> !transform.any_value
+    transform.iree.match.dim_is_multiple_of %input[1], 64 : !transform.any_value
+    transform.iree.match.dim_is_multiple_of %input[0], 16 : !transform.any_value
+    transform.iree.match.dim_bounds %input[1], umin = 1, umax = 4096 : !transform.any_value
+    %config = transform.param.constant #iree_codegen.compilation_info<
+      lowering_config = #iree_gpu.lowering_config<{workgroup = [64, 0], thread = [1, 0], reduction = [0, 16]}>,
+      translation_info = #iree_codegen.translation_info<pipeline = #iree_gpu.pipeline<TileAndFuse>
+                                                        workgroup_size = [64, 1, 1] subgroup_size = 32>
+    > -> !transform.any_param
+    transform.yield %op, %config : !transform.any_op, !transform.any_param
+  }
+
   transform.named_sequence @__kernel_config(%variant_op: !transform.any_op {transform.consumed})
       -> !transform.any_op attributes {iree_codegen.tuning_spec_entrypoint} {
     %res = transform.foreach_match in %variant_op
@@ -386,7 +434,9 @@ module attributes {transform.with_named_sequence} {
         @match_elementwise_1d -> @apply_op_config,
         @match_elementwise_2d -> @apply_op_config,
         @match_elementwise_4d -> @apply_op_config,
-        @match_elementwise_5d -> @apply_op_config
+        @match_elementwise_4d_rows -> @apply_op_config,
+        @match_elementwise_5d -> @apply_op_config,
+        @match_column_sum_last -> @apply_op_config
       : (!transform.any_op) -> !transform.any_op
     transform.yield %res : !transform.any_op
   }
