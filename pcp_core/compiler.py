@@ -25,6 +25,12 @@ from pathlib import Path
 import structlog
 
 from pcp_core.backends import Backend
+from pcp_core.compile_process import (
+    CompilerFailed,
+    CompilerHung,
+    iree_compile_command,
+    run_compiler,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -177,6 +183,13 @@ def named_file_digests(flags: list[str]) -> list[str]:
     return [hashlib.sha256(path.read_bytes()).hexdigest() for path in files]
 
 
+def _compile(stablehlo: str, target: str, flags: list[str]) -> bytes:
+    with tempfile.TemporaryDirectory(prefix="pcp-compile-") as scratch:
+        source, output = Path(scratch) / "program.mlir", Path(scratch) / "program.vmfb"
+        source.write_text(stablehlo, encoding="utf-8")
+        return run_compiler(iree_compile_command(output, target, flags), source, output)
+
+
 def compile_program(stablehlo: str, backend: Backend, arch: str) -> CompiledProgram:
     """The VMFB for `stablehlo` on `backend`/`arch`, from the cache when it is there."""
     flags = backend.compile_flags(arch)
@@ -196,7 +209,7 @@ def compile_program(stablehlo: str, backend: Backend, arch: str) -> CompiledProg
         return CompiledProgram(vmfb, hashlib.sha256(vmfb).hexdigest(), backend.name, arch, True)
 
     try:
-        import iree.compiler
+        import iree.compiler  # noqa: F401  (only to say clearly when it is missing)
     except ImportError:
         raise CompileError(
             f"no IREE compiler here to compile for {backend.name}: "
@@ -206,13 +219,8 @@ def compile_program(stablehlo: str, backend: Backend, arch: str) -> CompiledProg
     log.info("compiling with IREE", backend=backend.name, target=backend.target, arch=arch)
     started = time.perf_counter()
     try:
-        vmfb = iree.compiler.compile_str(
-            stablehlo,
-            target_backends=[backend.target],
-            input_type="stablehlo",
-            extra_args=flags,
-        )
-    except iree.compiler.CompilerToolError as error:
+        vmfb = _compile(stablehlo, backend.target, flags)
+    except (CompilerFailed, CompilerHung) as error:
         first_error = next((ln for ln in str(error).splitlines() if "error:" in ln), str(error))
         raise CompileError(
             f"IREE {version} failed to compile for {backend.name} ({arch}): {first_error.strip()}"

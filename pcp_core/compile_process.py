@@ -1,0 +1,115 @@
+"""Running `iree-compile` as a child process, restarted when it hangs.
+
+IREE 3.13's compiler now and then deadlocks: its threads all wait on each other at 0%
+CPU, forever (about one CUDA compile in ten on a 2-core machine here, in `pcp compile`,
+the tests and the benchmarks alike). A run must not hang on that, so the compiler runs
+as a child whose CPU time this process reads from /proc; a child that has used no CPU
+for `STALL_SECONDS` is killed and the compile starts again, at most `ATTEMPTS` times.
+A compiler that works never sits idle that long: it has nothing to wait for but its own
+threads. Where there is no /proc (macOS, Windows) the child is simply waited for.
+"""
+
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import structlog
+
+log = structlog.get_logger(__name__)
+
+STALL_SECONDS = 120.0  # no CPU time used for this long: deadlocked
+POLL_SECONDS = 2.0
+ATTEMPTS = 3
+
+
+class CompilerFailed(RuntimeError):
+    """The compiler exited with an error; its message holds the compiler's stderr."""
+
+
+class CompilerHung(RuntimeError):
+    """The compiler deadlocked on every attempt."""
+
+
+def iree_compile_command(output: Path, target: str, flags: list[str]) -> list[str]:
+    """The `iree-compile` command line for StableHLO on its standard input, as IREE's
+    own Python API builds it (it finds the tool and, for llvm-cpu, the linker). Read
+    from a pipe, not a named file, the program's source locations name no temporary
+    path, so the same program compiles to the same bytes."""
+    from iree.compiler.tools.core import CompilerOptions, build_compile_command_line
+    from iree.compiler.tools.debugging import TempFileSaver
+
+    options = CompilerOptions(
+        target_backends=[target], input_type="stablehlo", output_file=str(output), extra_args=flags
+    )
+    with TempFileSaver.implicit() as saver:
+        return build_compile_command_line("-", saver, options)
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time `pid` and its reaped children have used; None where /proc cannot say."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # fields after the command name (which may hold spaces): utime is the 12th, then
+    # stime, cutime, cstime
+    fields = stat.rpartition(")")[2].split()
+    return sum(int(tick) for tick in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def finished_within(child: subprocess.Popen, seconds: float) -> bool:
+    try:
+        child.wait(timeout=seconds)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
+def run_once(command: list[str], source: Path, stall_seconds: float) -> tuple[int, str] | None:
+    """Run `command` on `source` to its end: (exit status, stderr); None if it hung
+    and was killed."""
+    with tempfile.TemporaryFile() as stderr, source.open("rb") as stdin:
+        child = subprocess.Popen(command, stdin=stdin, stderr=stderr)
+        last_cpu, last_progress = -1.0, time.monotonic()
+        try:
+            while not finished_within(child, POLL_SECONDS):
+                cpu = cpu_seconds(child.pid)
+                if cpu is None or cpu > last_cpu:
+                    last_cpu, last_progress = cpu or 0.0, time.monotonic()
+                elif time.monotonic() - last_progress > stall_seconds:
+                    child.kill()
+                    child.wait()
+                    return None
+        finally:
+            if child.poll() is None:  # interrupted: take the compiler down with us
+                child.kill()
+                child.wait()
+        stderr.seek(0)
+        return child.returncode, stderr.read().decode(errors="replace")
+
+
+def run_compiler(
+    command: list[str], source: Path, output: Path, stall_seconds: float = STALL_SECONDS
+) -> bytes:
+    """Run a compiler `command` that reads `source` on its standard input and writes
+    `output`, restarting it when it deadlocks."""
+    for attempt in range(1, ATTEMPTS + 1):
+        result = run_once(command, source, stall_seconds)
+        if result is None:
+            log.warning(
+                "the IREE compiler stopped using CPU (a known IREE deadlock); restarting it",
+                stalled_seconds=stall_seconds,
+                attempt=attempt,
+                attempts=ATTEMPTS,
+            )
+            continue
+        status, stderr = result
+        if status != 0:
+            raise CompilerFailed(stderr or f"exit status {status}")
+        return output.read_bytes()
+    raise CompilerHung(
+        f"the IREE compiler deadlocked {ATTEMPTS} times in a row"
+        f" (no CPU used for {stall_seconds:.0f} s each time)"
+    )

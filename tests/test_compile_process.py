@@ -1,0 +1,87 @@
+"""The IREE compiler runs as a child that is restarted when it deadlocks (IREE 3.13
+does, now and then) and whose errors reach the user."""
+
+import sys
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from pcp_core import compile_process
+from pcp_core.compile_process import CompilerFailed, CompilerHung, run_compiler
+
+# A stand-in for a compiler that deadlocks on its first `hangs` runs: it blocks at 0%
+# CPU, as IREE's threads do, then writes its output.
+FLAKY_COMPILER = """
+import sys, time
+from pathlib import Path
+runs, output, hangs = Path(sys.argv[1]), Path(sys.argv[2]), int(sys.argv[3])
+runs.write_text(str(int(runs.read_text() or 0) + 1) if runs.exists() else "1")
+if int(runs.read_text()) <= hangs:
+    time.sleep(3600)
+output.write_bytes(b"module")
+"""
+
+
+def flaky_compiler(tmp_path: Path, hangs: int) -> tuple[list[str], Path, Path]:
+    script, runs, output = tmp_path / "compiler.py", tmp_path / "runs", tmp_path / "out"
+    script.write_text(FLAKY_COMPILER)
+    return [sys.executable, str(script), str(runs), str(output), str(hangs)], runs, output
+
+
+@pytest.fixture
+def source(tmp_path: Path) -> Path:
+    path = tmp_path / "program.mlir"
+    path.write_text("module {}")
+    return path
+
+
+@pytest.fixture(autouse=True)
+def quick_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(compile_process, "POLL_SECONDS", 0.2)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the watchdog reads /proc")
+def test_a_deadlocked_compiler_is_restarted(tmp_path: Path, source: Path) -> None:
+    command, runs, output = flaky_compiler(tmp_path, hangs=2)
+    with capture_logs() as events:
+        assert run_compiler(command, source, output, stall_seconds=1.5) == b"module"
+    assert runs.read_text() == "3"
+    restarts = [e for e in events if "stopped using CPU" in e["event"]]
+    assert [e["attempt"] for e in restarts] == [1, 2]
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the watchdog reads /proc")
+def test_a_compiler_that_always_deadlocks_is_an_error(tmp_path: Path, source: Path) -> None:
+    command, runs, output = flaky_compiler(tmp_path, hangs=99)
+    with pytest.raises(CompilerHung, match="deadlocked 3 times"):
+        run_compiler(command, source, output, stall_seconds=1.5)
+    assert runs.read_text() == "3"
+
+
+def test_a_busy_compiler_is_left_alone(tmp_path: Path, source: Path) -> None:
+    """Seconds of CPU work with no output is progress, not a hang."""
+    output = tmp_path / "out"
+    busy = (
+        "import sys, time, pathlib\n"
+        "end = time.time() + 3\n"
+        "while time.time() < end: pass\n"
+        "pathlib.Path(sys.argv[1]).write_bytes(b'done')"
+    )
+    command = [sys.executable, "-c", busy, str(output)]
+    assert run_compiler(command, source, output, stall_seconds=1.5) == b"done"
+
+
+def test_a_compiler_error_keeps_its_message(tmp_path: Path, source: Path) -> None:
+    failing = "import sys; sys.stderr.write('prog.mlir:3:1: error: unknown op'); sys.exit(1)"
+    with pytest.raises(CompilerFailed, match="error: unknown op"):
+        run_compiler([sys.executable, "-c", failing], source, tmp_path / "out")
+
+
+def test_bad_stablehlo_is_a_compile_error_naming_the_backend() -> None:
+    import pcp_cpu
+
+    from pcp_core.compiler import CompileError, compile_program
+
+    with pytest.raises(CompileError, match=r"failed to compile for cpu .*error:"):
+        compile_program("func.func @main() { %0 = nonsense.op }", pcp_cpu.CPU, "x86-64")
