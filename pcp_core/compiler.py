@@ -173,14 +173,18 @@ def _store_module(directory: Path, key: str, vmfb: bytes, description: dict[str,
         log.warning("could not write to the compile cache", path=str(directory), reason=str(error))
 
 
-def named_file_digests(flags: list[str]) -> list[str]:
-    """The sha256 of each file a `--flag=PATH` names (a tuning spec, say).
-
-    The cache key holds these as well as the flags, so editing such a file recompiles.
-    """
-    values = (flag.partition("=")[2] for flag in flags)
-    files = [Path(value) for value in values if value and Path(value).is_file()]
-    return [hashlib.sha256(path.read_bytes()).hexdigest() for path in files]
+def flags_for_key(flags: list[str]) -> list[str]:
+    """`flags` as the cache key holds them: a `--flag=PATH` naming a file (a tuning
+    spec, say) by the file's sha256, not its path. Editing such a file recompiles; the
+    same plugin installed elsewhere (another venv, a worker's checkout) hits the cache."""
+    keyed = []
+    for flag in flags:
+        name, _, value = flag.partition("=")
+        path = Path(value) if value else None
+        if path is not None and path.is_file():
+            flag = f"{name}=sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+        keyed.append(flag)
+    return keyed
 
 
 def _compile(stablehlo: str, target: str, flags: list[str]) -> bytes:
@@ -194,8 +198,7 @@ def compile_program(stablehlo: str, backend: Backend, arch: str) -> CompiledProg
     """The VMFB for `stablehlo` on `backend`/`arch`, from the cache when it is there."""
     flags = backend.compile_flags(arch)
     version = iree_compiler_version()
-    digests = named_file_digests(flags)
-    key_material = "\0".join([stablehlo, backend.target, *flags, *digests, version])
+    key_material = "\0".join([stablehlo, backend.target, *flags_for_key(flags), version])
     key = hashlib.sha256(key_material.encode()).hexdigest()
     directory = private_cache_dir()
     vmfb = _cached_module(directory, key) if directory else None

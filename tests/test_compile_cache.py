@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from pcp_core.compiler import compile_program, unsafe_cache_dir_reason
+from pcp_core.compiler import compile_program, flags_for_key, unsafe_cache_dir_reason
 
 # Compiles in well under a second, unlike a train program.
 DOUBLE = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
@@ -123,3 +123,16 @@ def test_pytest_temporary_directories_pass_the_checks(
     """The session caches of pcp_core's pytest plugin and of conftest files are these."""
     assert unsafe_cache_dir_reason(tmp_path_factory.mktemp("pcp-vmfb-cache").resolve()) is None
     assert unsafe_cache_dir_reason(Path(os.environ["PCP_CACHE_DIR"]).resolve()) is None
+
+
+def test_a_flag_naming_a_file_is_keyed_by_its_contents(tmp_path: Path) -> None:
+    """The same tuning spec installed in two places shares cache entries; an edited one
+    does not."""
+    here, there = tmp_path / "here.mlir", tmp_path / "there.mlir"
+    here.write_text("spec")
+    there.write_text("spec")
+    flag = "--iree-codegen-tuning-spec-path="
+    assert flags_for_key([flag + str(here)]) == flags_for_key([flag + str(there)])
+    there.write_text("edited spec")
+    assert flags_for_key([flag + str(here)]) != flags_for_key([flag + str(there)])
+    assert flags_for_key(["--iree-cuda-target=sm_80", "-O2"]) == ["--iree-cuda-target=sm_80", "-O2"]
