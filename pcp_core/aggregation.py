@@ -7,9 +7,16 @@ tensor present with the right name, shape and dtype, all finite, its norm the on
 announced) and only then added into the running sum. A worker that fails mid-transfer,
 or sends anything wrong, costs its own buffer and nothing else.
 
-Memory on the shepherd: the global parameters, the sum, the outer optimizer's state
-(one copy for Nesterov), and `STAGING_BUFFERS` staging copies: five model copies with
-Nesterov, whatever the number of workers.
+The sum is kept in float64. Deltas arrive in whatever order the network gives, and a
+float32 sum of more than two depends on that order: the same run with the same seed
+ended 0.5% apart. In float64 the sum of a round's float32 deltas is exact unless their
+magnitudes differ by more than about 2^29, so it rounds to the same float32 mean
+whatever the order.
+
+Memory on the shepherd: the global parameters, the float64 sum (two copies' worth), the
+float32 mean, the outer optimizer's state (one copy for Nesterov), and
+`STAGING_BUFFERS` staging copies: seven model copies' worth with Nesterov, whatever the
+number of workers.
 """
 
 import math
@@ -149,9 +156,12 @@ def delta_norm(arrays: list[np.ndarray]) -> float:
 
 
 class RunningSum:
-    """The sum of the accepted deltas of a round, added one whole delta at a time."""
+    """The sum of the accepted deltas of a round, added one whole delta at a time into
+    float64 `sums` (see the module's docstring), and their float32 mean."""
 
     def __init__(self, sums: list[np.ndarray]) -> None:
+        if any(total.dtype != np.float64 for total in sums):
+            raise TypeError("a round's sum is float64, so it does not depend on arrival order")
         self.sums = sums
         self.count = 0
         self._lock = threading.Lock()
@@ -163,3 +173,8 @@ class RunningSum:
             for total, array in zip(self.sums, arrays, strict=True):
                 total += array
             self.count += 1
+
+    def mean_into(self, means: list[np.ndarray]) -> None:
+        """The mean of the deltas added, rounded into the float32 arrays `means`."""
+        for total, mean in zip(self.sums, means, strict=True):
+            np.multiply(total, 1.0 / self.count, out=mean, casting="same_kind")

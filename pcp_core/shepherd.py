@@ -63,6 +63,7 @@ class Shepherd:
     _durations: deque[float] = field(default_factory=lambda: deque(maxlen=DEADLINE_HISTORY))
     _bound: NormBound = field(default_factory=NormBound)
     _staging: StagingPool | None = None
+    _sums: list[np.ndarray] = field(default_factory=list)  # a round's, float64
     _stop_reason: str = "done"
 
     @property
@@ -135,10 +136,10 @@ class Shepherd:
         self,
         round_index: int,
         params: list[np.ndarray],
-        delta_sum: list[np.ndarray],
+        delta_mean: list[np.ndarray],
         assignment_for: Callable[[int], Assignment],
     ) -> RoundOutcome:
-        """Sum the accepted pseudo-gradients of a round into `delta_sum`.
+        """The mean of the accepted pseudo-gradients of a round, into `delta_mean`.
 
         `assignment_for(worker_index)` gives each worker its assignment (its `attempt` is
         set here). Returns once at least `min_workers` results were accepted.
@@ -146,6 +147,7 @@ class Shepherd:
         specs = self.admission.setup.program.param_specs
         if self._staging is None:
             self._staging = StagingPool(specs)
+            self._sums = [np.zeros(spec.shape, np.float64) for spec in specs]
         attempt, refused_only = 0, 0
         while True:
             self._wait_for_quorum(round_index)
@@ -163,11 +165,12 @@ class Shepherd:
                 self.limits.worker_timeout_s,
                 self.admission.status,
             )
-            total = RunningSum(delta_sum)
+            total = RunningSum(self._sums)
             outcome = run_attempt(plan, links, total, self._staging, self._bound)
             for link in outcome.lost:
                 self._drop(link)
             if len(outcome.results) >= self.limits.min_workers:
+                total.mean_into(delta_mean)
                 self._durations.append(outcome.report_s)
                 self._bound.remember([r.norm for r in outcome.results.values()])
                 return outcome

@@ -76,7 +76,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 f"the run in {ctx.run_dir} has finished all {rounds} rounds; "
                 "pass a larger --steps to train further"
             )
-    delta_sum = [np.zeros_like(p) for p in params]
+    delta = [np.zeros_like(p) for p in params]  # the mean of a round's pseudo-gradients
     tokens_per_round = config.inner_steps * setup.tokens_per_step()
     record: dict[str, Any] = {}
 
@@ -95,14 +95,12 @@ def run(ctx: RunContext) -> dict[str, Any]:
                     index, config.inner_steps, (worker + index) % shards, shards, config.seed
                 )
 
-            outcome = shepherd.run_round(index, params, delta_sum, assignment)
-            for total in delta_sum:
-                total *= np.float32(1.0 / len(outcome.results))
+            outcome = shepherd.run_round(index, params, delta, assignment)
             if index < config.outer_warmup_rounds:  # the plain average of the workers' models
-                for theta, delta in zip(params, delta_sum, strict=True):
-                    theta -= delta
+                for theta, mean in zip(params, delta, strict=True):
+                    theta -= mean
             else:
-                outer_step(params, delta_sum)
+                outer_step(params, delta)
             if not all(np.isfinite(p).all() for p in params):  # before any checkpoint
                 raise FloatingPointError(
                     f"the global parameters became non-finite in round {index}; "
