@@ -5,13 +5,15 @@ B sequences); DiLoCo runs M = 2 and 4 workers at batch B/M each for the same num
 of steps (the same tokens per step, summed over the workers) at H = 50, with the
 defaults a user gets. Every run is a real `pcp train` on the CPU (DiLoCo with worker
 processes on capnp-tcp over loopback); the final validation loss is measured on the
-same validation batches for all runs. Writes benchmarks/results/diloco_quality.json
-and .md: each run's validation loss, its ratio to the baseline's, and the bytes sent.
+same validation batches for all runs. Every cell runs on several seeds (initialisation
+and batches): at four workers one seed's ratio moves by 0.5-2.5 points from another's,
+so the table gives each seed's ratio to the synchronous run of that seed, and their
+mean. Writes benchmarks/results/diloco_quality.json and .md: each run's validation
+loss, its ratio to the baseline's, the bytes sent, and the mean ratio of each cell.
 
-    python benchmarks/diloco_quality.py                   # every corpus, both sizes
-    python benchmarks/diloco_quality.py --corpora shakespeare --models tiny
+    python benchmarks/diloco_quality.py                   # every corpus, both sizes, 3 seeds
+    python benchmarks/diloco_quality.py --corpora shakespeare --models tiny --seeds 0
     python benchmarks/diloco_quality.py --variant old="--outer-lr 0.7 --outer-momentum 0.9"
-    python benchmarks/diloco_quality.py --seed 1 --out benchmarks/results/diloco_quality_seed1
 
 A `--variant NAME=FLAGS` adds DiLoCo runs with those flags on top of the defaults
 (for ablations); the baseline ignores them. The corpora:
@@ -116,7 +118,11 @@ def main() -> None:
     )
     parser.add_argument("--variant", action="append", default=[], help="NAME=FLAGS")
     parser.add_argument(
-        "--seed", type=int, default=0, help="seed of every run (initialisation and batches)"
+        "--seeds",
+        type=int,
+        nargs="+",
+        default=[0, 1, 2],
+        help="seeds each cell runs with (initialisation and batches)",
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "diloco_quality")
     args = parser.parse_args()
@@ -134,24 +140,57 @@ def main() -> None:
             for model in args.models:
                 if model != "tiny" and corpus not in args.small_corpora:
                     continue
-                shape = MODELS[model]
-                seed = ["--seed", str(args.seed)]
-                baseline = train(data, shape, args.steps, ["--batch-size", str(BATCH), *seed])
-                rows.append({"corpus": corpus, "model": model, "run": "synchronous",
-                             "workers": 1, **baseline, "ratio": 1.0})  # fmt: skip
-                write(rows, args)
-                for name, flags in variants.items():
-                    for workers in WORKERS:
-                        diloco = [
-                            "--algorithm", "diloco", "--workers", str(workers),
-                            "--batch-size", str(BATCH // workers),
-                            "--inner-steps", str(INNER_STEPS), *seed, *flags,
-                        ]  # fmt: skip
-                        result = train(data, shape, args.steps, diloco)
-                        ratio = round(result["val_loss"] / baseline["val_loss"], 4)
-                        rows.append({"corpus": corpus, "model": model, "run": f"diloco {name}",
-                                     "workers": workers, **result, "ratio": ratio})  # fmt: skip
-                        write(rows, args)
+                for seed in args.seeds:
+                    run_cell(rows, args, corpus, data, model, seed, variants)
+
+
+def run_cell(
+    rows: list[dict],
+    args: argparse.Namespace,
+    corpus: str,
+    data: Path | None,
+    model: str,
+    seed: int,
+    variants: dict[str, list[str]],
+) -> None:
+    """The synchronous run and every DiLoCo run of one corpus, model and seed."""
+    shape, seeded = MODELS[model], ["--seed", str(seed)]
+    cell = {"corpus": corpus, "model": model, "seed": seed}
+    baseline = train(data, shape, args.steps, ["--batch-size", str(BATCH), *seeded])
+    rows.append({**cell, "run": "synchronous", "workers": 1, **baseline, "ratio": 1.0})
+    write(rows, args)
+    for name, flags in variants.items():
+        for workers in WORKERS:
+            diloco = [
+                "--algorithm", "diloco", "--workers", str(workers),
+                "--batch-size", str(BATCH // workers),
+                "--inner-steps", str(INNER_STEPS), *seeded, *flags,
+            ]  # fmt: skip
+            result = train(data, shape, args.steps, diloco)
+            ratio = round(result["val_loss"] / baseline["val_loss"], 4)
+            rows.append({**cell, "run": f"diloco {name}", "workers": workers, **result,
+                         "ratio": ratio})  # fmt: skip
+            write(rows, args)
+
+
+def mean_ratios(rows: list[dict]) -> list[dict]:
+    """Per corpus, model, run and M: each seed's ratio and their mean."""
+    cells: dict[tuple, list[dict]] = {}
+    for row in rows:
+        if row["run"] != "synchronous":
+            key = (row["corpus"], row["model"], row["run"], row["workers"])
+            cells.setdefault(key, []).append(row)
+    return [
+        {
+            "corpus": corpus,
+            "model": model,
+            "run": run,
+            "workers": workers,
+            "ratios": {r["seed"]: r["ratio"] for r in runs},
+            "mean_ratio": round(sum(r["ratio"] for r in runs) / len(runs), 4),
+        }
+        for (corpus, model, run, workers), runs in cells.items()
+    ]
 
 
 def write(rows: list[dict], args: argparse.Namespace) -> None:
@@ -159,19 +198,37 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     rows), and the last row on stdout."""
     print(json.dumps(rows[-1]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
+    summary = mean_ratios(rows)
     record = {"steps": args.steps, "batch": BATCH, "inner_steps": INNER_STEPS,
-              "seed": args.seed, "rows": rows}  # fmt: skip
+              "seeds": args.seeds, "mean_ratios": summary, "rows": rows}  # fmt: skip
     args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
+    seeds = ", ".join(str(seed) for seed in args.seeds)
     lines = [
         f"{args.steps} steps, {BATCH} sequences a step in all (DiLoCo: {BATCH}/M a worker), "
-        f"H = {INNER_STEPS}, seed {args.seed}; validation loss on 64 batches.",
+        f"H = {INNER_STEPS}, seeds {seeds}; validation loss on 64 batches. Each DiLoCo run "
+        "against the synchronous run of its seed:",
         "",
-        "| corpus | model | run | M | val loss | vs synchronous | MB sent | wall s |",
-        "|---|---|---|---|---|---|---|---|",
+        f"| corpus | model | run | M | {' | '.join(f'seed {s}' for s in args.seeds)} | mean |",
+        f"|---|---|---|---|{'---|' * len(args.seeds)}---|",
+    ]
+    for cell in summary:
+        ratios = [cell["ratios"].get(seed) for seed in args.seeds]
+        shown = " | ".join("" if r is None else f"{(r - 1) * 100:+.1f}%" for r in ratios)
+        lines.append(
+            f"| {cell['corpus']} | {cell['model']} | {cell['run']} | {cell['workers']} | "
+            f"{shown} | **{(cell['mean_ratio'] - 1) * 100:+.1f}%** |"
+        )
+    lines += [
+        "",
+        "Every run:",
+        "",
+        "| corpus | model | seed | run | M | val loss | vs synchronous | MB sent | wall s |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['corpus']} | {r['model']} | {r['run']} | {r['workers']} | {r['val_loss']} | "
-        f"{(r['ratio'] - 1) * 100:+.1f}% | {r['bytes_sent'] / 1e6:.1f} | {r['wall_s']} |"
+        f"| {r['corpus']} | {r['model']} | {r['seed']} | {r['run']} | {r['workers']} | "
+        f"{r['val_loss']} | {(r['ratio'] - 1) * 100:+.1f}% | {r['bytes_sent'] / 1e6:.1f} | "
+        f"{r['wall_s']} |"
         for r in rows
     ]
     args.out.with_suffix(".md").write_text("\n".join(lines) + "\n")
