@@ -3,13 +3,17 @@
 IREE 3.13's compiler now and then deadlocks: its threads all wait on each other at 0%
 CPU, forever (about one CUDA compile in ten on a 2-core machine here, in `pcp compile`,
 the tests and the benchmarks alike). A run must not hang on that, so the compiler runs
-as a child whose CPU time this process reads from /proc; a child that has used no CPU
-for `STALL_SECONDS` is killed and the compile starts again, at most `ATTEMPTS` times.
-A compiler that works never sits idle that long: it has nothing to wait for but its own
-threads. Where there is no /proc (macOS, Windows) the child is simply waited for.
+as a child whose CPU time this process reads from /proc, its own and that of the
+processes it starts (the llvm-cpu target links with `iree-lld`); a compiler that has
+used less than `MIN_PROGRESS_SECONDS` of CPU in `STALL_SECONDS` is killed with
+everything it started, and the compile starts again, at most `ATTEMPTS` times. A
+compiler at work keeps a core busy. Where there is no /proc (macOS, Windows) the child
+is simply waited for.
 """
 
+import contextlib
 import os
+import signal
 import subprocess
 import tempfile
 import time
@@ -19,7 +23,8 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
-STALL_SECONDS = 120.0  # no CPU time used for this long: deadlocked
+STALL_SECONDS = 120.0  # less than MIN_PROGRESS_SECONDS of CPU in this long: deadlocked
+MIN_PROGRESS_SECONDS = 0.5
 POLL_SECONDS = 2.0
 ATTEMPTS = 3
 
@@ -47,16 +52,46 @@ def iree_compile_command(output: Path, target: str, flags: list[str]) -> list[st
         return build_compile_command_line("-", saver, options)
 
 
-def cpu_seconds(pid: int) -> float | None:
-    """CPU time `pid` and its reaped children have used; None where /proc cannot say."""
+def compile_stablehlo(stablehlo: str, target: str, flags: list[str]) -> bytes:
+    """`iree-compile`'s output for `stablehlo` on `target` with `flags`, restarted when
+    it deadlocks: a module, or text for a `--compile-to=PHASE` flag."""
+    with tempfile.TemporaryDirectory(prefix="pcp-compile-") as scratch:
+        source, output = Path(scratch) / "program.mlir", Path(scratch) / "program.out"
+        source.write_text(stablehlo, encoding="utf-8")
+        return run_compiler(iree_compile_command(output, target, flags), source, output)
+
+
+def _process_cpu_seconds(pid: int) -> float | None:
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # fields after the command name (which may hold spaces): utime is the 12th, then
-    # stime, cutime, cstime
+    # stime, cutime, cstime (children already reaped)
     fields = stat.rpartition(")")[2].split()
     return sum(int(tick) for tick in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for children in Path(f"/proc/{pid}/task").glob("*/children"):
+        with contextlib.suppress(OSError):  # a thread or process that just ended
+            found += [int(child) for child in children.read_text().split()]
+    return found
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU time `pid` and the processes it started have used; None where /proc cannot
+    say."""
+    own = _process_cpu_seconds(pid)
+    if own is None:
+        return None
+    pending = _children(pid)
+    while pending:
+        child = pending.pop()
+        own += _process_cpu_seconds(child) or 0.0
+        pending += _children(child)
+    return own
 
 
 def finished_within(child: subprocess.Popen, seconds: float) -> bool:
@@ -67,25 +102,40 @@ def finished_within(child: subprocess.Popen, seconds: float) -> bool:
     return True
 
 
+def kill(child: subprocess.Popen) -> None:
+    """Kill `child` and every process in its group (POSIX; elsewhere `child` alone)."""
+    if hasattr(os, "killpg"):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+    else:
+        child.kill()
+    child.wait()
+
+
 def run_once(command: list[str], source: Path, stall_seconds: float) -> tuple[int, str] | None:
     """Run `command` on `source` to its end: (exit status, stderr); None if it hung
     and was killed."""
     with tempfile.TemporaryFile() as stderr, source.open("rb") as stdin:
-        child = subprocess.Popen(command, stdin=stdin, stderr=stderr)
-        last_cpu, last_progress = -1.0, time.monotonic()
+        # its own process group, so that a kill takes the processes it started too
+        child = subprocess.Popen(
+            command,
+            stdin=stdin,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+            start_new_session=True,
+        )
+        last_cpu, last_progress = None, time.monotonic()
         try:
             while not finished_within(child, POLL_SECONDS):
                 cpu = cpu_seconds(child.pid)
-                if cpu is None or cpu > last_cpu:
-                    last_cpu, last_progress = cpu or 0.0, time.monotonic()
+                if cpu is None or last_cpu is None or cpu - last_cpu >= MIN_PROGRESS_SECONDS:
+                    last_cpu, last_progress = cpu, time.monotonic()
                 elif time.monotonic() - last_progress > stall_seconds:
-                    child.kill()
-                    child.wait()
+                    kill(child)
                     return None
         finally:
             if child.poll() is None:  # interrupted: take the compiler down with us
-                child.kill()
-                child.wait()
+                kill(child)
         stderr.seek(0)
         return child.returncode, stderr.read().decode(errors="replace")
 
@@ -108,6 +158,8 @@ def run_compiler(
         status, stderr = result
         if status != 0:
             raise CompilerFailed(stderr or f"exit status {status}")
+        if stderr.strip():
+            log.info("the IREE compiler said", message=stderr.strip()[-2000:])
         return output.read_bytes()
     raise CompilerHung(
         f"the IREE compiler deadlocked {ATTEMPTS} times in a row"

@@ -25,12 +25,7 @@ from pathlib import Path
 import structlog
 
 from pcp_core.backends import Backend
-from pcp_core.compile_process import (
-    CompilerFailed,
-    CompilerHung,
-    iree_compile_command,
-    run_compiler,
-)
+from pcp_core.compile_process import CompilerFailed, CompilerHung, compile_stablehlo
 
 log = structlog.get_logger(__name__)
 
@@ -176,22 +171,17 @@ def _store_module(directory: Path, key: str, vmfb: bytes, description: dict[str,
 def flags_for_key(flags: list[str]) -> list[str]:
     """`flags` as the cache key holds them: a `--flag=PATH` naming a file (a tuning
     spec, say) by the file's sha256, not its path. Editing such a file recompiles; the
-    same plugin installed elsewhere (another venv, a worker's checkout) hits the cache."""
+    same plugin installed elsewhere (another venv, a worker's checkout) hits the cache.
+    Only absolute paths count: a value such as `sm_80` stays itself even where a file
+    of that name happens to be in the working directory."""
     keyed = []
     for flag in flags:
         name, _, value = flag.partition("=")
-        path = Path(value) if value else None
-        if path is not None and path.is_file():
+        path = Path(value)
+        if path.is_absolute() and path.is_file():
             flag = f"{name}=sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
         keyed.append(flag)
     return keyed
-
-
-def _compile(stablehlo: str, target: str, flags: list[str]) -> bytes:
-    with tempfile.TemporaryDirectory(prefix="pcp-compile-") as scratch:
-        source, output = Path(scratch) / "program.mlir", Path(scratch) / "program.vmfb"
-        source.write_text(stablehlo, encoding="utf-8")
-        return run_compiler(iree_compile_command(output, target, flags), source, output)
 
 
 def compile_program(stablehlo: str, backend: Backend, arch: str) -> CompiledProgram:
@@ -222,7 +212,7 @@ def compile_program(stablehlo: str, backend: Backend, arch: str) -> CompiledProg
     log.info("compiling with IREE", backend=backend.name, target=backend.target, arch=arch)
     started = time.perf_counter()
     try:
-        vmfb = _compile(stablehlo, backend.target, flags)
+        vmfb = compile_stablehlo(stablehlo, backend.target, flags)
     except (CompilerFailed, CompilerHung) as error:
         first_error = next((ln for ln in str(error).splitlines() if "error:" in ln), str(error))
         raise CompileError(

@@ -85,3 +85,37 @@ def test_bad_stablehlo_is_a_compile_error_naming_the_backend() -> None:
 
     with pytest.raises(CompileError, match=r"failed to compile for cpu .*error:"):
         compile_program("func.func @main() { %0 = nonsense.op }", pcp_cpu.CPU, "x86-64")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the watchdog reads /proc")
+def test_work_in_a_process_the_compiler_started_is_progress(tmp_path: Path, source: Path) -> None:
+    """The llvm-cpu compiler waits, idle, while the iree-lld it started links."""
+    output = tmp_path / "out"
+    linker = "import time\nend = time.time() + 3\nwhile time.time() < end: pass"
+    compiler = (
+        "import pathlib, subprocess, sys\n"
+        f"subprocess.run([sys.executable, '-c', {linker!r}])\n"
+        "pathlib.Path(sys.argv[1]).write_bytes(b'linked')"
+    )
+    command = [sys.executable, "-c", compiler, str(output)]
+    assert run_compiler(command, source, output, stall_seconds=1.5) == b"linked"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="the watchdog reads /proc")
+def test_a_hung_compiler_is_killed_with_the_processes_it_started(
+    tmp_path: Path, source: Path
+) -> None:
+    started = tmp_path / "started"
+    compiler = (
+        "import pathlib, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3600)'])\n"
+        "with open(sys.argv[1], 'a') as f: f.write(f'{child.pid}\\n')\n"
+        "time.sleep(3600)"
+    )
+    with pytest.raises(CompilerHung):
+        run_compiler([sys.executable, "-c", compiler, str(started)], source, tmp_path / "out", 1.5)
+    pids = [int(pid) for pid in started.read_text().split()]
+    assert len(pids) == 3
+    for pid in pids:  # gone, or a zombie left for init to reap
+        stat = Path(f"/proc/{pid}/stat")
+        assert not stat.exists() or stat.read_text().rpartition(")")[2].split()[0] == "Z"

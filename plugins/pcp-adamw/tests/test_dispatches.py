@@ -12,8 +12,8 @@ def dispatch_names() -> list[str]:
     """The dispatches IREE launches for one clipped AdamW update of three parameters."""
     import jax
     import jax.numpy as jnp
-    from iree.compiler import compile_str
 
+    from pcp_core.compile_process import compile_stablehlo
     from pcp_core.program import without_locations
 
     params = {"matrix": np.zeros((64, 32), np.float32), "bias": np.zeros(32, np.float32)}
@@ -26,11 +26,8 @@ def dispatch_names() -> list[str]:
 
     state = tx.init(params)
     exported = jax.export.export(jax.jit(step))(params, params, state)
-    stream = compile_str(
-        without_locations(exported.mlir_module()),
-        target_backends=["llvm-cpu"],
-        input_type="stablehlo",
-        extra_args=["--compile-to=stream"],
+    stream = compile_stablehlo(
+        without_locations(exported.mlir_module()), "llvm-cpu", ["--compile-to=stream"]
     ).decode()
     return re.findall(r"stream\.cmd\.dispatch @\w+::@(\w+)", stream)
 

@@ -15,8 +15,8 @@ def configured_dispatches() -> dict[str, tuple[str, int, str]]:
     """Each dispatch's pipeline, workgroup size and lowering config, as IREE sets them."""
     import jax
     import jax.numpy as jnp
-    from iree.compiler import compile_str
 
+    from pcp_core.compile_process import compile_stablehlo
     from pcp_core.program import without_locations
 
     def program(v, x, w, b):
@@ -27,11 +27,8 @@ def configured_dispatches() -> dict[str, tuple[str, int, str]]:
     args = [np.zeros(shape, np.float32) for shape in shapes]
     mlir = without_locations(jax.export.export(jax.jit(program))(*args).mlir_module())
     flags = ["--iree-cuda-target=sm_80", *pcp_iree_cuda.CUDA.extra_flags]
-    configured = compile_str(
-        mlir,
-        target_backends=["cuda"],
-        input_type="stablehlo",
-        extra_args=[*flags, "--compile-to=executable-configurations"],
+    configured = compile_stablehlo(
+        mlir, "cuda", [*flags, "--compile-to=executable-configurations"]
     ).decode()
     found = re.finditer(
         r"func\.func @(\w+)\(\) attributes \{translation_info = #iree_codegen.translation_info"
