@@ -8,10 +8,10 @@ announced) and only then added into the running sum. A worker that fails mid-tra
 or sends anything wrong, costs its own buffer and nothing else.
 
 The sum is kept in float64. Deltas arrive in whatever order the network gives, and a
-float32 sum of more than two depends on that order: the same run with the same seed
-ended 0.5% apart. In float64 the sum of a round's float32 deltas is exact unless their
-magnitudes differ by more than about 2^29, so it rounds to the same float32 mean
-whatever the order.
+float32 sum of more than two depends on that order: the same command with the same
+seed and four workers ended 0.4% apart after 1000 steps (0.2898 and 0.2887). In
+float64 the sum of a round's float32 deltas is exact unless their magnitudes differ by
+more than about 2^27, so it rounds to the same float32 mean whatever the order.
 
 Memory on the shepherd: the global parameters, the float64 sum (two copies' worth), the
 float32 mean, the outer optimizer's state (one copy for Nesterov), and

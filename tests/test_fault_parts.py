@@ -121,7 +121,7 @@ def test_running_sum_adds_whole_deltas() -> None:
 
 def test_the_mean_does_not_depend_on_the_order_deltas_arrive_in() -> None:
     """In float32, ((a + b) + c) + d changes with the order: the same DiLoCo run with
-    four workers and one seed ended 0.5% apart."""
+    four workers and one seed ended 0.4% apart after 1000 steps."""
     rng = np.random.default_rng(0)
     deltas = [
         [rng.normal(0, 10.0**k, s.shape).astype(np.float32) for s in SPECS] for k in range(-4, 0)
