@@ -173,28 +173,36 @@ def test_a_live_run_on_a_terminal(tmp_path: Path) -> None:
     stream = pyte.ByteStream(screen)
 
     def read_screen() -> str:
+        """The screen after what the run wrote: until it pauses, or for a second at
+        most, since a run of such fast rounds may never pause (its evaluations log a
+        line every few rounds) and would otherwise be read to its end."""
+        until = time.monotonic() + 1.0
         try:
-            while True:
+            while time.monotonic() < until:
                 stream.feed(run.read_nonblocking(65536, timeout=0.2))
         except (pexpect.TIMEOUT, pexpect.EOF):
             pass
         return "\n".join(screen.display)
 
-    def live_rows() -> list[str]:
+    def live_rows(shown: str) -> list[str]:
         """Rows of the workers table with a state, a loss (column 7) and a speed (8)."""
-        lines = read_screen().splitlines()
-        rows = [ln for ln in lines if "cpu/" in ln and "127.0.0.1:" in ln]
+        rows = [ln for ln in shown.splitlines() if "cpu/" in ln and "127.0.0.1:" in ln]
         states = (" training ", " reporting ", " ready ")
         return [r for r in rows if any(s in r for s in states) and "." in r.split("│")[7]]
 
+    def whole_dashboard(shown: str) -> bool:
+        """Both workers live and every part drawn: a read can catch the run mid-redraw,
+        with log lines scrolling through."""
+        parts = ("workers", "PCP · diloco · cpu", "tok/s", "━ train", "compute", "/status")
+        return len(live_rows(shown)) == 2 and all(part in shown for part in parts)
+
     try:
         deadline = time.monotonic() + 240
-        while len(live_rows()) < 2:
-            assert run.isalive() and time.monotonic() < deadline, read_screen()
         shown = read_screen()
+        while not whole_dashboard(shown):
+            assert run.isalive() and time.monotonic() < deadline, shown
+            shown = read_screen()
         (tmp_path / "screen.txt").write_text(shown)
-        assert "workers" in shown and "PCP · diloco · cpu" in shown and "tok/s" in shown
-        assert "━ train" in shown and "compute" in shown, shown
         shown_url = re.search(r"http://127\.0\.0\.1:(\d+)/status", shown)
         assert shown_url, shown
         port = int(shown_url.group(1))
