@@ -163,5 +163,5 @@ def run_compiler(
         return output.read_bytes()
     raise CompilerHung(
         f"the IREE compiler deadlocked {ATTEMPTS} times in a row"
-        f" (no CPU used for {stall_seconds:.0f} s each time)"
+        f" (under {MIN_PROGRESS_SECONDS} s of CPU in {stall_seconds:.0f} s, each time)"
     )

@@ -4,8 +4,8 @@ a machine that has the GPU but no IREE compiler (the device tool's GPU box).
     PCP_CACHE_DIR=DIR python scripts/conformance_cache.py cuda:sm_80 cuda:sm_86 vulkan:ampere
 
 There, with the same jax, jaxlib and IREE versions and `PCP_CACHE_DIR` pointing at a
-copy of DIR (mode 0700), `pytest plugins/pcp-iree-cuda/tests` finds every module it
-needs in the cache: the key covers the program's StableHLO, the flags and the IREE
+copy of DIR (mode 0700), `pytest plugins/pcp-iree-cuda/tests/test_conformance.py` finds
+every module it needs in the cache: the key covers the program's StableHLO, the flags and the IREE
 version, so a hit is the very module the suite would have compiled there.
 """
 

@@ -125,9 +125,11 @@ def test_pytest_temporary_directories_pass_the_checks(
     assert unsafe_cache_dir_reason(Path(os.environ["PCP_CACHE_DIR"]).resolve()) is None
 
 
-def test_a_flag_naming_a_file_is_keyed_by_its_contents(tmp_path: Path) -> None:
+def test_a_flag_naming_a_file_is_keyed_by_its_contents(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The same tuning spec installed in two places shares cache entries; an edited one
-    does not."""
+    does not; a value that is no absolute path stays itself, file or not."""
     here, there = tmp_path / "here.mlir", tmp_path / "there.mlir"
     here.write_text("spec")
     there.write_text("spec")
@@ -135,4 +137,6 @@ def test_a_flag_naming_a_file_is_keyed_by_its_contents(tmp_path: Path) -> None:
     assert flags_for_key([flag + str(here)]) == flags_for_key([flag + str(there)])
     there.write_text("edited spec")
     assert flags_for_key([flag + str(here)]) != flags_for_key([flag + str(there)])
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sm_80").write_text("spec")
     assert flags_for_key(["--iree-cuda-target=sm_80", "-O2"]) == ["--iree-cuda-target=sm_80", "-O2"]
