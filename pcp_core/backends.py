@@ -40,7 +40,11 @@ class Artifact:
 
 class Executor(Protocol):
     """One built program loaded on one device, holding the training state there between
-    calls; only the losses come back from `run`."""
+    calls; only the losses come back from `run`. Its specs name the tensors that
+    `params` and `opt_state` hold, in order."""
+
+    param_specs: list[Any]  # pcp_core.program.TensorSpec
+    opt_specs: list[Any]
 
     def set_params(self, params: list[Any]) -> None: ...
 

@@ -18,6 +18,8 @@ from pcp_core.precision import PRECISIONS
 
 # Named exponents of --inner-lr-scaling (see RunConfig.inner_lr_scaling).
 INNER_LR_SCALINGS = {"sqrt": 0.5, "none": 0.0}
+# What a DiLoCo worker does with its inner momentum at a round's start (RunConfig.inner_momentum).
+INNER_MOMENTUM = ("reset", "keep")
 
 
 class ConfigError(ValueError):
@@ -151,6 +153,18 @@ class RunConfig:
         "most a third of --steps) where that is longer than --warmup-steps; from scratch a "
         "shorter warm-up to the scaled lr stalls the first rounds. 0: --warmup-steps alone.",
     )
+    # A worker's AdamW first moment at the end of a round is the direction of its own
+    # last steps, which the outer step has just replaced; carried into the next round it
+    # pulls the worker back along its own path. Zeroed (the first steps of a round then
+    # also move less while it rebuilds, over about 1/(1 - beta1) steps), the worst
+    # four-worker cell of benchmarks/diloco_quality.py went from +2.9% to +1.9% and the
+    # mean of all four-worker runs from +1.7% to +1.4%; two workers gave up 0.4 points on
+    # average, their means still -3.3% to +0.5% (benchmarks/results/diloco_trials_2026-11-24e.md).
+    inner_momentum: str = _opt(
+        "reset",
+        "DiLoCo: a worker's inner optimizer momentum at the start of a round: reset (zeroed) "
+        "or keep (carried over, as in the DiLoCo paper).",
+    )
     # Averaging the first rounds instead of a Nesterov step (which moves 1 + momentum
     # times the run's largest pseudo-gradients) gained 0.7-2 points with two workers and
     # the lr as given; with the scaled lr and warm-up above it helped on two corpora and
@@ -244,6 +258,11 @@ class RunConfig:
         if self.warmup_steps < 0 or self.eval_every < 0:
             raise ConfigError("warmup_steps and eval_every must not be negative")
         inner_lr_exponent(self.inner_lr_scaling)
+        if self.inner_momentum not in INNER_MOMENTUM:
+            raise ConfigError(
+                f"inner_momentum must be one of {', '.join(INNER_MOMENTUM)}: "
+                f"{self.inner_momentum!r}"
+            )
         if self.precision not in PRECISIONS:
             raise ConfigError(
                 f"precision must be one of {', '.join(PRECISIONS)}: {self.precision!r}"

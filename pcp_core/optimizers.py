@@ -117,6 +117,10 @@ class InnerOptimizer:
     build: Callable[[InnerSettings], GradientTransformation]
     description: str = ""
     role: str = "inner"
+    # The field of its state that holds a running average of past gradients (AdamW's
+    # first moment `mu`), which DiLoCo's workers zero at the start of a round (see
+    # RunConfig.inner_momentum); None: nothing in its state is momentum.
+    momentum_field: str | None = None
 
 
 @dataclass(frozen=True)

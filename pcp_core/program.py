@@ -71,6 +71,16 @@ class TrainProgram:
     def parameter_count(self) -> int:
         return sum(int(np.prod(s.shape, dtype=np.int64)) for s in self.param_specs)
 
+    def opt_field_names(self, field: str) -> list[str]:
+        """The optimizer-state tensors under `field` of the state, by name ("opt" and
+        their path in the state: `opt.mu['wte']` is under `mu`)."""
+        prefix = f"opt.{field}"
+        return [
+            spec.name
+            for spec in self.opt_specs
+            if spec.name == prefix or spec.name.startswith((f"{prefix}[", f"{prefix}."))
+        ]
+
 
 def without_locations(stablehlo: str) -> str:
     """The module re-printed without debug locations.

@@ -66,7 +66,12 @@ def build(settings: InnerSettings) -> GradientTransformation:
     return optax.GradientTransformation(init, update)
 
 
-ADAMW = InnerOptimizer(name="adamw", build=build, description="AdamW with warmup + cosine decay")
+ADAMW = InnerOptimizer(
+    name="adamw",
+    build=build,
+    description="AdamW with warmup + cosine decay",
+    momentum_field="mu",
+)
 
 
 @hookimpl

@@ -55,6 +55,16 @@ def inner_warmup_steps(config: RunConfig) -> int:
     return max(config.warmup_steps, rounds)
 
 
+def momentum_to_reset(config: RunConfig, plugins: Any, program: Any) -> list[str]:
+    """The inner-state tensors a worker zeroes at the start of each round: the inner
+    optimizer's momentum under `--inner-momentum reset`, nothing under `keep` or for an
+    optimizer that declares no momentum."""
+    field = getattr(plugins.optimizer(config.optimizer), "momentum_field", None)
+    if config.inner_momentum == "keep" or field is None:
+        return []
+    return program.opt_field_names(field)
+
+
 def run(ctx: RunContext) -> dict[str, Any]:
     config, rounds = plan(ctx.config)
     outer = ctx.plugins.optimizer(config.outer_optimizer)
@@ -80,7 +90,11 @@ def run(ctx: RunContext) -> dict[str, Any]:
     tokens_per_round = config.inner_steps * setup.tokens_per_step()
     record: dict[str, Any] = {}
 
-    settings = {"algorithm": "diloco", "run_id": state.run_id}
+    settings = {
+        "algorithm": "diloco",
+        "run_id": state.run_id,
+        "zero_at_round_start": momentum_to_reset(config, ctx.plugins, setup.program),
+    }
     status = ctx.status
     status.describe(rounds=rounds, model=config.model, parameters=setup.program.parameter_count)
     with distributed.shepherd(ctx, setup, settings) as shepherd:

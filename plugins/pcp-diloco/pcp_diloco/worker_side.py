@@ -1,6 +1,12 @@
-"""A DiLoCo round on a worker: H inner steps from the global params, return the change."""
+"""A DiLoCo round on a worker: H inner steps from the global params, return the change.
+
+The inner optimizer's state carries over from the worker's last round, but for the
+tensors the shepherd names under "zero_at_round_start" (its momentum, see
+RunConfig.inner_momentum)."""
 
 import time
+
+import numpy as np
 
 from pcp_core.messages import Assignment, Tensor
 from pcp_core.worker import RoundWork, WorkerSession
@@ -9,7 +15,15 @@ from pcp_core.worker import RoundWork, WorkerSession
 def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
     global_params = [t.array for t in assignment.tensors]
     executor = session.executor
-    executor.set_params(global_params)  # the inner optimizer state stays as it was
+    executor.set_params(global_params)
+    zeroed = set(session.settings.get("zero_at_round_start", []))  # the rest stays as it was
+    if zeroed:
+        executor.set_opt_state(
+            [
+                np.zeros_like(state) if spec.name in zeroed else state
+                for spec, state in zip(executor.opt_specs, executor.opt_state(), strict=True)
+            ]
+        )
     steps_per_call = session.settings["steps_per_call"]
     started = time.perf_counter()
     losses: list[float] = []

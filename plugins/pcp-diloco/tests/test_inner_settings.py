@@ -1,13 +1,16 @@
 """The workers' inner optimizer settings that DiLoCo's plan derives from the run's flags:
 `--inner-lr-scaling` (default 0.75) multiplies --lr and --min-lr by M^0.75, and
-`--inner-warmup-rounds` (default 8) lengthens the warm-up; nothing else changes."""
+`--inner-warmup-rounds` (default 8) lengthens the warm-up; nothing else changes. And the
+inner state a worker zeroes at each round's start: `--inner-momentum reset` (default)
+names AdamW's first moments."""
 
+import dataclasses
 import math
 
 import pytest
-from pcp_diloco.shepherd_side import plan
+from pcp_diloco.shepherd_side import momentum_to_reset, plan
 
-from pcp_core import config, training
+from pcp_core import config, plugins, training
 from pcp_core.optimizers import InnerSettings
 
 FLAGS = {"algorithm": "diloco", "steps": 1000, "inner_steps": 50}
@@ -66,6 +69,17 @@ def test_the_warmup_is_the_longer_of_the_rounds_and_warmup_steps(flags: dict, wa
     assert inner.total_steps == (flags.get("steps") or 1000)
 
 
+def test_the_momentum_a_worker_zeroes_is_adamws_first_moment() -> None:
+    given = config.resolve(None, FLAGS | {"n_layer": 1, "n_embd": 32, "n_head": 2})
+    setup = training.prepare(plan(given)[0], plugins.host())
+    names = [spec.name for spec in setup.program.opt_specs]
+    first_moments = [name for name in names if name.startswith("opt.mu[")]
+    assert len(first_moments) == len(setup.program.param_specs)
+    assert momentum_to_reset(given, plugins.host(), setup.program) == first_moments
+    kept = dataclasses.replace(given, inner_momentum="keep")
+    assert momentum_to_reset(kept, plugins.host(), setup.program) == []
+
+
 SCALING_MESSAGE = "inner_lr_scaling must be sqrt, none or an exponent from 0 to 1: "
 
 
@@ -78,6 +92,7 @@ SCALING_MESSAGE = "inner_lr_scaling must be sqrt, none or an exponent from 0 to 
         ),
         ({"inner_warmup_rounds": -1}, "inner_warmup_rounds must not be negative, got -1"),
         ({"outer_warmup_rounds": -2}, "outer_warmup_rounds must not be negative, got -2"),
+        ({"inner_momentum": "zero"}, "inner_momentum must be one of reset, keep: 'zero'"),
     ],
 )
 def test_bad_values_are_refused_in_one_line(flags: dict, message: str) -> None:

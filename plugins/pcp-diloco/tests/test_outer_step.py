@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from pcp_diloco.shepherd_side import plan
 from safetensors.numpy import load_file
 
@@ -142,22 +143,41 @@ def test_an_outer_warmup_round_is_the_plain_average(e2e: Any, tmp_path: Path) ->
     assert all(not momentum(checkpoint, names)[name].any() for name in names)
 
 
-def test_one_worker_h1_equals_local_training(e2e: Any, tmp_path: Path) -> None:
-    """One worker, H = 1, outer lr 1, momentum 0: each round's params are the worker's."""
+def local_rounds(setup: Any, rounds: int, reset: bool) -> list[list[np.ndarray]]:
+    """One worker's params after each of `rounds` rounds of local training, its AdamW
+    first moments zeroed before each round with `reset`."""
+    params = setup.initial_params()
+    opt = setup.program.init_opt_state(params)
+    names = [spec.name for spec in setup.program.opt_specs]
+    history = [params]
+    for round_ in range(rounds):
+        if reset:
+            first_moment = [name.startswith("opt.mu[") for name in names]
+            opt = [np.zeros_like(o) if m else o for m, o in zip(first_moment, opt, strict=True)]
+        params, opt, _ = local_steps(setup, params, opt, round_=round_, worker=0)
+        history.append(params)
+    return history
+
+
+@pytest.mark.parametrize("inner_momentum", ["reset", "keep"])
+def test_one_worker_h1_equals_local_training(e2e: Any, tmp_path: Path, inner_momentum: str) -> None:
+    """One worker, H = 1, outer lr 1, momentum 0: each round's params are the worker's,
+    whose AdamW first moment starts every round at zero under --inner-momentum reset (the
+    default) and carries over under keep."""
     # --steps-per-call 1 is needed: `config.resolve` wants steps % steps_per_call == 0 before
     # DiLoCo's plan would lower steps_per_call to divide H (it would pick 1 here)
     settings = COMMON | {"workers": 1, "steps": 4, "inner_steps": 1, "steps_per_call": 1}
-    settings |= {"outer_lr": 1.0, "outer_momentum": 0.0}
+    settings |= {"outer_lr": 1.0, "outer_momentum": 0.0, "inner_momentum": inner_momentum}
     results = run_and_load(e2e, settings, tmp_path / "run")
 
     setup = reference_setup(settings)
     assert setup.program.steps_per_call == 1
-    params = setup.initial_params()
-    opt = setup.program.init_opt_state(params)
-    history = [params]
-    for round_ in range(4):
-        params, opt, _ = local_steps(setup, params, opt, round_=round_, worker=0)
-        history.append(params)
+    history = local_rounds(setup, 4, reset=inner_momentum == "reset")
+    other = local_rounds(setup, 4, reset=inner_momentum != "reset")[-1]
+    params = history[-1]
+    # the two references are far enough apart for the wrong one to fail
+    assert relative_error(np.concatenate([p.ravel() for p in params]),
+                          np.concatenate([p.ravel() for p in other])) > 1e-3  # fmt: skip
 
     checkpoint, records = results()
     assert [r["workers"] for r in records] == [1] * 4
