@@ -38,12 +38,14 @@ import numpy as np
 from pcp_core import data, nanogpt, plugins
 from pcp_core.backends import Backend
 from pcp_core.compiler import compile_program
+from pcp_core.config import RunConfig
 from pcp_core.malloc import retaining_env
 from pcp_core.optimizers import InnerSettings
 from pcp_core.precision import PRECISIONS
 from pcp_core.program import build_train_program
 
 RESULTS = Path(__file__).parent / "results"
+DILOCO_ROUND_STEPS = RunConfig().inner_steps  # H, for the round start's share of a round
 
 SIZES = {
     "default": {"model": {}, "batch_size": 16, "steps_per_call": 10, "calls": 10},
@@ -178,12 +180,42 @@ def measure(
         "final_loss_jax": float(jax_loss[-1]),
         "params_relative_difference": relative_difference(executor.params(), jax_params),
     }
+    row |= time_round_start(executor, program, params)  # sets the parameters back: last
+    for way in ("momentum_reset", "momentum_reset_through_host"):
+        row[f"{way}_share_of_round"] = round(row[f"{way}_ms"] / (DILOCO_ROUND_STEPS * ours_ms), 5)
     if on_gpu and precision == "f32":  # XLA's default on a GPU: TF32 matrix products
         tf32_times, _ = timed_steps(
             program.jax_step, start, batches, k, jax.default_matmul_precision(None)
         )
         row["jax_tf32_ms_per_step"] = round(statistics.median(tf32_times) * 1e3, 2)
     return row
+
+
+def time_round_start(executor: Any, program: Any, params: list[np.ndarray]) -> dict:
+    """What a DiLoCo worker does to the backend before a round's steps, in ms (median of
+    5): setting the global parameters, and zeroing AdamW's first moment as
+    `--inner-momentum reset` does, on the device and through the host side by side."""
+    import pcp_adamw
+
+    from pcp_core.backends import zero_opt_tensors, zero_opt_tensors_through_host
+
+    momentum = set(program.opt_field_names(pcp_adamw.ADAMW.momentum_field))
+    work = {
+        "set_params_ms": lambda: executor.set_params(params),
+        "momentum_reset_ms": lambda: zero_opt_tensors(executor, momentum),
+        "momentum_reset_through_host_ms": lambda: zero_opt_tensors_through_host(executor, momentum),
+    }
+    times: dict[str, list[float]] = {name: [] for name in work}
+    for _ in range(5):
+        for name, action in work.items():
+            started = time.perf_counter()
+            action()
+            times[name].append(time.perf_counter() - started)
+    zero_opt_tensors(executor, momentum)  # last, so what it left can be checked
+    for spec, state in zip(executor.opt_specs, executor.opt_state(), strict=True):
+        if spec.name in momentum and np.any(state):
+            raise AssertionError(f"{spec.name} is not zero after zero_opt_tensors")
+    return {name: round(statistics.median(t) * 1e3, 2) for name, t in times.items()}
 
 
 def retain_freed_memory() -> None:
@@ -267,6 +299,22 @@ def write_results(results: Path, backend: str, rows: list[dict]) -> None:
         + (f" {r.get('jax_tf32_ms_per_step', '')} |" if tf32 else "")
         + f" {r['final_loss_backend']:.4f} / {r['final_loss_jax']:.4f} "
         f"| {r['params_relative_difference']:.1e} |"
+        for r in rows
+    ]
+    lines += [
+        "",
+        f"A DiLoCo worker's round start on {backend}, ms (median of 5): setting the global "
+        "parameters, and zeroing AdamW's first moment (`--inner-momentum reset`) on the "
+        "device and through the host, with each zeroing's share of a "
+        f"{DILOCO_ROUND_STEPS}-step round\n",
+        "| size | precision | set params | zero on the device | zero through the host |",
+        "|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {r['size']} | {r['precision']} | {r['set_params_ms']} "
+        f"| {r['momentum_reset_ms']} ({r['momentum_reset_share_of_round']:.2%}) "
+        f"| {r['momentum_reset_through_host_ms']} "
+        f"({r['momentum_reset_through_host_share_of_round']:.2%}) |"
         for r in rows
     ]
     if machine["glibc_tunables"]:

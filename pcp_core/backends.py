@@ -14,6 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+import numpy as np
 import structlog
 
 from pcp_core.precision import PRECISIONS
@@ -55,6 +56,30 @@ class Executor(Protocol):
     def params(self) -> list[Any]: ...
 
     def opt_state(self) -> list[Any]: ...
+
+    # Optional: `zero_opt_tensors(names)` zeroes the named optimizer-state tensors on the
+    # device and keeps the rest; see zero_opt_tensors below.
+
+
+def zero_opt_tensors(executor: Executor, names: set[str]) -> None:
+    """Zero the named optimizer-state tensors, the rest as they were: on the device where
+    the executor can (its `zero_opt_tensors`), else by reading the state back and writing
+    it again whole, a round trip of the whole state."""
+    in_place = getattr(executor, "zero_opt_tensors", None)
+    if in_place is not None:
+        in_place(names)
+    else:
+        zero_opt_tensors_through_host(executor, names)
+
+
+def zero_opt_tensors_through_host(executor: Executor, names: set[str]) -> None:
+    """zero_opt_tensors for any executor: the state read back and written again whole."""
+    executor.set_opt_state(
+        [
+            np.zeros_like(state) if spec.name in names else state
+            for spec, state in zip(executor.opt_specs, executor.opt_state(), strict=True)
+        ]
+    )
 
 
 class Runtime(Protocol):

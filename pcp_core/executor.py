@@ -112,6 +112,38 @@ def describe_devices(backend: Any) -> dict[str, Any]:
     }
 
 
+def zeros_like_on_device(device: Any, arrays: list[Any]) -> list[Any]:
+    """New device arrays of the shapes, types and memory of `arrays`, zeroed by one
+    command buffer of fills on the device."""
+    import iree.runtime as rt
+    from iree.runtime.array_interop import DeviceArray
+
+    if not arrays:
+        return []
+    commands = rt.HalCommandBuffer(device, begin=True)
+    zeros = []
+    for array in arrays:
+        view = array._buffer_view
+        like = view.get_buffer()
+        buffer = device.allocator.allocate_buffer(
+            memory_type=like.memory_type(),
+            allowed_usage=like.allowed_usage() | int(rt.BufferUsage.TRANSFER_TARGET),
+            allocation_size=like.byte_length(),
+        )
+        word = np.uint32 if like.byte_length() % 4 == 0 else np.uint8
+        commands.fill(buffer, np.zeros(1, word))
+        zeros.append(DeviceArray(device, rt.HalBufferView(buffer, view.shape, view.element_type)))
+    commands.end()
+    semaphore = device.create_semaphore(0)
+    device.queue_execute(
+        commands,
+        wait_semaphores=rt.HalFence.create_at(semaphore, 0),
+        signal_semaphores=rt.HalFence.create_at(semaphore, 1),
+    )
+    rt.HalFence.create_at(semaphore, 1).wait()
+    return zeros
+
+
 def to_host(array: Any) -> np.ndarray:
     """A host copy of a device array.
 
@@ -188,6 +220,16 @@ class IreeExecutor:
 
     def set_opt_state(self, opt_state: list[np.ndarray]) -> None:
         self._opt_state = self._upload(opt_state, self.opt_specs)
+
+    def zero_opt_tensors(self, names: set[str]) -> None:
+        """Zero the named optimizer-state tensors with buffers the device fills: nothing
+        crosses to or from the host."""
+        if self._opt_state is None:
+            raise RuntimeError("set_opt_state must come before zero_opt_tensors")
+        chosen = [i for i, spec in enumerate(self.opt_specs) if spec.name in names]
+        zeros = zeros_like_on_device(self.device, [self._opt_state[i] for i in chosen])
+        for i, zero in zip(chosen, zeros, strict=True):
+            self._opt_state[i] = zero
 
     def run(self, inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """K inner steps over [K, batch, block] token stacks; returns the K losses."""

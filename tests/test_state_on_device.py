@@ -132,3 +132,14 @@ def test_a_run_of_the_core_executor_moves_only_its_losses(cpu_reference: tuple) 
     with watch_transfers() as seen:
         losses = executor.run(*batches[0])
     assert seen.host_bytes == losses.nbytes and len(seen.calls) == 1
+
+
+def test_zeroing_momentum_moves_nothing_through_the_host(cpu_reference: tuple) -> None:
+    """A DiLoCo worker's round start under --inner-momentum reset: the device fills."""
+    executor, batches = opened(IreeExecutor, cpu_reference)
+    executor.run(*batches[0])
+    momentum = {spec.name for spec in executor.opt_specs if spec.name.startswith("opt.mu")}
+    with watch_transfers() as seen:
+        executor.zero_opt_tensors(momentum)
+    assert momentum and seen.host_bytes == 0, seen.since(0)
+    assert_state_stays_on_device(executor, batches[1:])

@@ -9,11 +9,13 @@ the device exists, runs it and compares loss and params with JAX on the CPU, and
 that the training state stays on the device between calls (the runtime's own check; for
 IREE `pcp_core.testing.transfers`: each call is given the buffers the last one
 returned, and only the batch and losses cross to the host); and checks the error for a
-missing device.
+missing device; and that zeroing optimizer-state tensors (a DiLoCo worker's round start
+under `--inner-momentum reset`) zeroes those alone.
 """
 
 from typing import Any, ClassVar
 
+import numpy as np
 import pytest
 
 from pcp_core.testing.reference import (
@@ -70,6 +72,36 @@ class BackendConformance:
         block = config["block_size"]
         batches = [corpus.batches("train", STEPS_PER_CALL, BATCH, block, (0, i)) for i in range(3)]
         backend.runner().assert_state_stays_on_device(executor, batches)
+
+    def test_zeroing_momentum_zeroes_it_alone(
+        self, backend: Any, compiled: Any, device_or_skip: Any
+    ) -> None:
+        """The executor's own zeroing (on the device, where it has one) leaves the state
+        and the next call's losses and parameters as zeroing through the host does."""
+        from pcp_core import plugins
+        from pcp_core.backends import zero_opt_tensors, zero_opt_tensors_through_host
+
+        corpus, config, program = reference()
+        block = config["block_size"]
+        batches = [corpus.batches("train", STEPS_PER_CALL, BATCH, block, (0, i)) for i in range(2)]
+        momentum = set(program.opt_field_names(plugins.host().optimizer("adamw").momentum_field))
+        assert momentum
+        outcomes = []
+        for zero in (zero_opt_tensors, zero_opt_tensors_through_host):
+            executor = open_executor(backend, compiled.data, program, initial_params(config))
+            executor.run(*batches[0])
+            before = executor.opt_state()
+            zero(executor, momentum)
+            for spec, old, new in zip(program.opt_specs, before, executor.opt_state(), strict=True):
+                if spec.name in momentum:
+                    assert np.any(old) and not np.any(new), spec.name
+                else:
+                    np.testing.assert_array_equal(new, old, err_msg=spec.name)
+            outcomes.append((executor.run(*batches[1]), executor.params(), executor.opt_state()))
+        (losses, params, state), (host_losses, host_params, host_state) = outcomes
+        np.testing.assert_array_equal(losses, host_losses)
+        for ours, theirs in zip([*params, *state], [*host_params, *host_state], strict=True):
+            np.testing.assert_array_equal(ours, theirs)
 
     def test_missing_device_is_a_clear_error(self, backend: Any) -> None:
         from pcp_core.executor import DeviceError

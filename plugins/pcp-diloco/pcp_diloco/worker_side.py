@@ -6,8 +6,7 @@ RunConfig.inner_momentum)."""
 
 import time
 
-import numpy as np
-
+from pcp_core.backends import zero_opt_tensors
 from pcp_core.messages import Assignment, Tensor
 from pcp_core.worker import RoundWork, WorkerSession
 
@@ -16,14 +15,9 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
     global_params = [t.array for t in assignment.tensors]
     executor = session.executor
     executor.set_params(global_params)
-    zeroed = set(session.settings.get("zero_at_round_start", []))  # the rest stays as it was
+    zeroed = set(session.settings.get("zero_at_round_start", []))
     if zeroed:
-        executor.set_opt_state(
-            [
-                np.zeros_like(state) if spec.name in zeroed else state
-                for spec, state in zip(executor.opt_specs, executor.opt_state(), strict=True)
-            ]
-        )
+        zero_opt_tensors(executor, zeroed)
     steps_per_call = session.settings["steps_per_call"]
     started = time.perf_counter()
     losses: list[float] = []

@@ -202,6 +202,17 @@ class XlaExecutor:
     def set_opt_state(self, opt_state: list[np.ndarray]) -> None:
         self._opt_state = self._upload(opt_state, self.opt_specs)
 
+    def zero_opt_tensors(self, names: set[str]) -> None:
+        """Zero the named optimizer-state tensors with zeros made on the device."""
+        import jax.numpy as jnp
+
+        if self._opt_state is None:
+            raise RuntimeError("set_opt_state must come before zero_opt_tensors")
+        self._opt_state = tuple(
+            jnp.zeros(state.shape, state.dtype, device=self.device) if spec.name in names else state
+            for spec, state in zip(self.opt_specs, self._opt_state, strict=True)
+        )
+
     def run(self, inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """K inner steps over [K, batch, block] token stacks; returns the K losses."""
         import jax
