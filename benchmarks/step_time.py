@@ -39,6 +39,7 @@ from pcp_core import data, nanogpt, plugins
 from pcp_core.backends import Backend
 from pcp_core.compiler import compile_program
 from pcp_core.config import RunConfig
+from pcp_core.executor import IreeExecutor, to_host
 from pcp_core.malloc import retaining_env
 from pcp_core.optimizers import InnerSettings
 from pcp_core.precision import PRECISIONS
@@ -192,9 +193,10 @@ def measure(
 
 
 def time_round_start(executor: Any, program: Any, params: list[np.ndarray]) -> dict:
-    """What a DiLoCo worker does to the backend before a round's steps, in ms (median of
-    5): setting the global parameters, and zeroing AdamW's first moment as
-    `--inner-momentum reset` does, on the device and through the host side by side."""
+    """What a DiLoCo worker does to the backend around a round's steps, in ms (median of
+    5): setting the global parameters, reading its own back at the end, and zeroing
+    AdamW's first moment as `--inner-momentum reset` does, on the device and through the
+    host side by side."""
     import pcp_adamw
 
     from pcp_core.backends import zero_opt_tensors, zero_opt_tensors_through_host
@@ -202,9 +204,15 @@ def time_round_start(executor: Any, program: Any, params: list[np.ndarray]) -> d
     momentum = set(program.opt_field_names(pcp_adamw.ADAMW.momentum_field))
     work = {
         "set_params_ms": lambda: executor.set_params(params),
+        "read_params_ms": executor.params,
         "momentum_reset_ms": lambda: zero_opt_tensors(executor, momentum),
         "momentum_reset_through_host_ms": lambda: zero_opt_tensors_through_host(executor, momentum),
     }
+    if isinstance(executor, IreeExecutor):  # side by side: the way params() read before
+        n_params = len(executor.param_specs)
+        work["read_params_one_by_one_ms"] = lambda: [
+            to_host(a) for a in executor.device_state()[:n_params]
+        ]
     times: dict[str, list[float]] = {name: [] for name in work}
     for _ in range(5):
         for name, action in work.items():
@@ -303,15 +311,23 @@ def write_results(results: Path, backend: str, rows: list[dict]) -> None:
     ]
     lines += [
         "",
-        f"A DiLoCo worker's round start on {backend}, ms (median of 5): setting the global "
-        "parameters, and zeroing AdamW's first moment (`--inner-momentum reset`) on the "
-        "device and through the host, with each zeroing's share of a "
-        f"{DILOCO_ROUND_STEPS}-step round\n",
-        "| size | precision | set params | zero on the device | zero through the host |",
-        "|---|---|---|---|---|",
+        f"A DiLoCo worker's round on {backend}, beyond its steps, ms (median of 5): setting "
+        "the global parameters, reading its own back (all at once, and a tensor at a time "
+        "as before), and zeroing AdamW's first moment "
+        "(`--inner-momentum reset`) on the device and through the host, with each "
+        f"zeroing's share of a {DILOCO_ROUND_STEPS}-step round\n",
+        "| size | precision | set params | read params | zero on the device "
+        "| zero through the host |",
+        "|---|---|---|---|---|---|",
     ]
     lines += [
-        f"| {r['size']} | {r['precision']} | {r['set_params_ms']} "
+        f"| {r['size']} | {r['precision']} | {r['set_params_ms']} | {r['read_params_ms']}"
+        + (
+            f" ({r['read_params_one_by_one_ms']} one by one)"
+            if "read_params_one_by_one_ms" in r
+            else ""
+        )
+        + " "
         f"| {r['momentum_reset_ms']} ({r['momentum_reset_share_of_round']:.2%}) "
         f"| {r['momentum_reset_through_host_ms']} "
         f"({r['momentum_reset_through_host_share_of_round']:.2%}) |"
