@@ -135,6 +135,14 @@ def zeros_like_on_device(device: Any, arrays: list[Any]) -> list[Any]:
         word = np.uint32 if like.byte_length() % 4 == 0 else np.uint8
         commands.fill(buffer, np.zeros(1, word))
         zeros.append(DeviceArray(device, rt.HalBufferView(buffer, view.shape, view.element_type)))
+    run_and_wait(device, commands)
+    return zeros
+
+
+def run_and_wait(device: Any, commands: Any) -> None:
+    """End a begun command buffer, run it on the device and wait for it to finish."""
+    import iree.runtime as rt
+
     commands.end()
     semaphore = device.create_semaphore(0)
     device.queue_execute(
@@ -143,7 +151,6 @@ def zeros_like_on_device(device: Any, arrays: list[Any]) -> list[Any]:
         signal_semaphores=rt.HalFence.create_at(semaphore, 1),
     )
     rt.HalFence.create_at(semaphore, 1).wait()
-    return zeros
 
 
 def to_host(array: Any) -> np.ndarray:
@@ -187,14 +194,7 @@ def to_host_all(arrays: list[Any]) -> list[np.ndarray]:
         commands = rt.HalCommandBuffer(device, begin=True)
         for _, at, view, length in staged:
             commands.copy(view.get_buffer(), staging, target_offset=at, length=length)
-        commands.end()
-        semaphore = device.create_semaphore(0)
-        device.queue_execute(
-            commands,
-            wait_semaphores=rt.HalFence.create_at(semaphore, 0),
-            signal_semaphores=rt.HalFence.create_at(semaphore, 1),
-        )
-        rt.HalFence.create_at(semaphore, 1).wait()
+        run_and_wait(device, commands)
         mapped = staging.map()
         for index, at, view, _ in staged:
             copies[index] = _copied(mapped, view, at)
