@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from pcp_core import data, nanogpt, plugins
-from pcp_core.backends import Backend
+from pcp_core.backends import Backend, zero_opt_tensors, zero_opt_tensors_through_host
 from pcp_core.compiler import compile_program
 from pcp_core.config import RunConfig
 from pcp_core.executor import IreeExecutor, to_host
@@ -198,8 +198,6 @@ def time_round_start(executor: Any, program: Any, params: list[np.ndarray]) -> d
     AdamW's first moment as `--inner-momentum reset` does, on the device and through the
     host side by side."""
     import pcp_adamw
-
-    from pcp_core.backends import zero_opt_tensors, zero_opt_tensors_through_host
 
     momentum = set(program.opt_field_names(pcp_adamw.ADAMW.momentum_field))
     work = {
