@@ -37,6 +37,7 @@ NORM_RATIO = 10.0  # a norm over 10x the median of the reference norms is refuse
 NORM_REFERENCE_ROUNDS = 3  # accepted norms of this many earlier rounds count as reference
 MIN_REFERENCE_NORMS = 3  # below this many reference norms, no norm is refused
 NORM_MATCH = 1e-3  # relative tolerance between the announced and the actual norm
+NORM_CHUNK = 1 << 20  # elements a norm converts to float64 at a time (8 MiB)
 
 
 class BadResult(ValueError):
@@ -61,6 +62,10 @@ def check_result(result: Result, round_index: int, attempt: int) -> None:
         )
     if not math.isfinite(result.norm) or not all(math.isfinite(v) for v in result.losses):
         raise NonFinite(f"non-finite result (norm {result.norm}, losses {result.losses[-3:]})")
+    if not result.losses:
+        raise BadResult("a result without losses")
+    if result.norm < 0:
+        raise BadResult(f"a negative norm: {result.norm}")
 
 
 class NormBound:
@@ -90,6 +95,11 @@ class NormBound:
     def remember(self, accepted: list[float]) -> None:
         if accepted:
             self._history.append(accepted)
+
+    def forget_last(self) -> None:
+        """Drop the last round's norms: its outer step was rolled back."""
+        if self._history:
+            self._history.pop()
 
 
 class StagingPool:
@@ -151,8 +161,16 @@ def check_delta(arrays: list[np.ndarray], received: int, announced_norm: float) 
 
 
 def delta_norm(arrays: list[np.ndarray]) -> float:
-    """The norm a worker announces for its pseudo-gradient."""
-    return math.sqrt(sum(float(np.vdot(a, a)) for a in arrays))  # vdot: no temporary copy
+    """The norm a worker announces for its pseudo-gradient, summed in float64: float32
+    squares overflow to Inf from values of about 1e19, and Inf compares equal to any
+    announced Inf-sized norm. Chunks keep the float64 copies small."""
+    total = 0.0
+    for array in arrays:
+        flat = array.reshape(-1)
+        for start in range(0, flat.size, NORM_CHUNK):
+            chunk = flat[start : start + NORM_CHUNK].astype(np.float64)
+            total += float(np.dot(chunk, chunk))
+    return math.sqrt(total)
 
 
 class RunningSum:

@@ -8,7 +8,9 @@
    without a deadline of its own (the first) gets one when its first report arrives:
    DEADLINE_FACTOR times that report's time plus the worker timeout.
 3. Each report is checked (`pcp_core.aggregation`): for this round, finite, no second
-   report from the same worker, a norm in line with the others'. A refused worker is
+   report from the same worker, not from a worker excluded from the round (its last
+   result made the outer step implausible, `pcp_core.step_guard`), a norm in line with
+   the others'. A refused worker is
    told why (`Discard`) and stays connected.
 4. The accepted pseudo-gradients are fetched, a few at a time into staging buffers,
    checked whole and only then added into the sum.
@@ -47,6 +49,7 @@ class RoundOutcome:
     round: int
     attempt: int
     results: dict[int, Result] = field(default_factory=dict)  # accepted, by worker index
+    senders: dict[int, str] = field(default_factory=dict)  # their worker names, by index
     rejected: dict[int, str] = field(default_factory=dict)  # worker index -> why
     non_finite: set[int] = field(default_factory=set)  # rejected for NaN or Inf
     lost: list[WorkerLink] = field(default_factory=list)  # disconnected: dead, late, broken
@@ -65,6 +68,7 @@ class RoundPlan:
     deadline_s: float | None  # None: set by the first report (see the module docstring)
     worker_timeout_s: float
     status: RunStatus = field(default_factory=lambda: RunStatus(log_progress=False))
+    excluded: dict[str, str] = field(default_factory=dict)  # worker name -> why refused
 
 
 def run_attempt(
@@ -164,10 +168,13 @@ def _check_reports(
     fine, senders = [], set()
     for link, result in reports:
         try:
-            if link.hello.worker_name in senders:
-                raise BadResult(f"duplicate sender: {link.hello.worker_name} already reported")
+            name = link.hello.worker_name
+            if name in senders:
+                raise BadResult(f"duplicate sender: {name} already reported")
+            if name in plan.excluded:
+                raise BadResult(f"excluded from this round: {plan.excluded[name]}")
             check_result(result, plan.round, plan.attempt)
-            senders.add(link.hello.worker_name)
+            senders.add(name)
             fine.append((link, result))
         except BadResult as error:
             _refuse(link, plan, error, outcome)
@@ -237,6 +244,7 @@ def _fetch(
                 return
             total.add(arrays)
         outcome.results[link.index] = result
+        outcome.senders[link.index] = link.hello.worker_name
         plan.status.worker_state(link.index, "ready", plan.round)
 
     if not accepted:

@@ -138,17 +138,22 @@ class Shepherd:
         params: list[np.ndarray],
         delta_mean: list[np.ndarray],
         assignment_for: Callable[[int], Assignment],
+        excluded: dict[str, str] | None = None,
+        first_attempt: int = 0,
     ) -> RoundOutcome:
         """The mean of the accepted pseudo-gradients of a round, into `delta_mean`.
 
         `assignment_for(worker_index)` gives each worker its assignment (its `attempt` is
-        set here). Returns once at least `min_workers` results were accepted.
+        set here); results from the workers named in `excluded` are refused, with the
+        reason given there. Returns once at least `min_workers` results were accepted.
+        Attempts are numbered from `first_attempt` (a round run again after its outer step
+        was rolled back goes on counting, so no earlier result passes for a new one).
         """
         specs = self.admission.setup.program.param_specs
         if self._staging is None:
             self._staging = StagingPool(specs)
             self._sums = [np.zeros(spec.shape, np.float64) for spec in specs]
-        attempt, refused_only = 0, 0
+        attempt, refused_only = first_attempt, 0
         while True:
             self._wait_for_quorum(round_index)
             links = sorted(self.links.values(), key=lambda link: link.index)
@@ -164,6 +169,7 @@ class Shepherd:
                 self._deadline(),
                 self.limits.worker_timeout_s,
                 self.admission.status,
+                dict(excluded or {}),
             )
             total = RunningSum(self._sums)
             outcome = run_attempt(plan, links, total, self._staging, self._bound)
@@ -203,6 +209,11 @@ class Shepherd:
                 connected=len(self.links),
             )
             attempt += 1
+
+    def rolled_back(self) -> None:
+        """The last round's outer step was undone: its norms are no reference for later
+        rounds' (they may hold the very outlier that caused it)."""
+        self._bound.forget_last()
 
     def _wait_for_quorum(self, round_index: int) -> None:
         self.admit_returning()

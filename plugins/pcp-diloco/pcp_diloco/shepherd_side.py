@@ -6,6 +6,7 @@ import json
 import math
 import resource
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +17,10 @@ from pcp_core import checkpoint, distributed
 from pcp_core.algorithms import RunContext
 from pcp_core.config import ConfigError, RunConfig, inner_lr_exponent
 from pcp_core.messages import Assignment
-from pcp_core.optimizers import OuterSettings
+from pcp_core.optimizers import OuterSettings, OuterStep
+from pcp_core.rounds import RoundOutcome
+from pcp_core.shepherd import Shepherd
+from pcp_core.step_guard import StepGuard, outliers
 from pcp_core.training import prepare
 
 log = structlog.get_logger(__name__)
@@ -87,6 +91,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 "pass a larger --steps to train further"
             )
     delta = [np.zeros_like(p) for p in params]  # the mean of a round's pseudo-gradients
+    guard = StepGuard(params)
+    outer = OuterUpdate(outer_step, config.outer_warmup_rounds)
     tokens_per_round = config.inner_steps * setup.tokens_per_step()
     record: dict[str, Any] = {}
 
@@ -109,17 +115,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                     index, config.inner_steps, (worker + index) % shards, shards, config.seed
                 )
 
-            outcome = shepherd.run_round(index, params, delta, assignment)
-            if index < config.outer_warmup_rounds:  # the plain average of the workers' models
-                for theta, mean in zip(params, delta, strict=True):
-                    theta -= mean
-            else:
-                outer_step(params, delta)
-            if not all(np.isfinite(p).all() for p in params):  # before any checkpoint
-                raise FloatingPointError(
-                    f"the global parameters became non-finite in round {index}; "
-                    "lower --lr or --outer-lr"
-                )
+            outcome = guarded_round(shepherd, guard, index, params, delta, assignment, outer)
 
             step = (index + 1) * config.inner_steps
             tail = config.steps_per_call
@@ -187,6 +183,62 @@ def run(ctx: RunContext) -> dict[str, Any]:
         "model_bytes": int(sum(p.nbytes for p in params)),
         "shepherd_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
     }
+
+
+@dataclass
+class OuterUpdate:
+    """The outer step of a round: the plain average of the workers' models for the first
+    `warmup_rounds` rounds, the outer optimizer's step after."""
+
+    step: OuterStep
+    warmup_rounds: int
+
+    def __call__(self, index: int, params: list[np.ndarray], delta: list[np.ndarray]) -> None:
+        if index < self.warmup_rounds:
+            for theta, mean in zip(params, delta, strict=True):
+                theta -= mean
+        else:
+            self.step(params, delta)
+
+
+def guarded_round(
+    shepherd: Shepherd,
+    guard: StepGuard,
+    index: int,
+    params: list[np.ndarray],
+    delta: list[np.ndarray],
+    assignment: Callable[[int], Assignment],
+    outer: OuterUpdate,
+) -> RoundOutcome:
+    """Run round `index` and apply its outer step, unless the guard finds the step
+    implausible (`pcp_core.step_guard`): then it is undone and the round runs again
+    without the results that caused it, named in a warning. A step that no single
+    result explains means the run diverged: FloatingPointError, before any checkpoint."""
+    excluded: dict[str, str] = {}
+    attempt = 0
+    while True:
+        outcome = shepherd.run_round(index, params, delta, assignment, excluded, attempt)
+        guard.keep(params, outer.step.state())
+        outer(index, params, delta)
+        problem = guard.judge(params)
+        if problem is None:
+            return outcome
+        guard.restore(params, outer.step)
+        shepherd.rolled_back()
+        norms = {outcome.senders[w]: result.norm for w, result in outcome.results.items()}
+        culprits = [name for name in outliers(norms) if name not in excluded]
+        if not culprits:
+            raise FloatingPointError(
+                f"round {index}: {problem}; the run diverged: lower --lr or --outer-lr"
+            )
+        log.warning(
+            "outer step rolled back; running the round again without the results that caused it",
+            round=index,
+            reason=problem,
+            dropped=culprits,
+        )
+        excluded |= {name: f"its result made {problem} in round {index}" for name in culprits}
+        attempt = outcome.attempt + 1
 
 
 @dataclass

@@ -5,7 +5,9 @@ shepherd has honest norms to judge later ones by.
 Modes: nan (NaN in its pseudo-gradient), norm (1000x too large), missing (one tensor
 left out), shape (a tensor of the wrong shape), stale (replays its round-0 result),
 partial (dies halfway through sending its pseudo-gradient), twin (honest, but under
-the name "twin": start two).
+the name "twin": start two), huge (every value 1e30, finite, announcing its round-0
+norm), huge-first (every value 1e30 from round 0 on, announcing its true norm), no-losses
+(a result without losses).
 """
 
 import dataclasses
@@ -27,6 +29,9 @@ honest_round = plugins.host().algorithm("diloco").worker_round
 
 def bad_round(session: Any, assignment: Any) -> worker.RoundWork:
     work = honest_round(session, assignment)
+    if MODE == "huge-first":
+        for tensor in work.tensors:
+            tensor.array[...] = 1e30
     if assignment.round == 0:
         return work
     first = work.tensors[0]
@@ -39,6 +44,11 @@ def bad_round(session: Any, assignment: Any) -> worker.RoundWork:
         work.tensors = work.tensors[:-1]
     elif MODE == "shape":
         work.tensors[0] = Tensor(first.name, np.ascontiguousarray(first.array[:1]))
+    elif MODE == "huge":
+        for tensor in work.tensors:
+            tensor.array[...] = 1e30
+    elif MODE == "no-losses":
+        work.losses = []
     return work
 
 
@@ -65,6 +75,8 @@ def bad_send(self: LiveConnection, message: Message) -> int:
             first_result.append(message)
         if MODE == "stale" and message.round >= 1:
             return honest_send(self, first_result[0])
+        if MODE == "huge" and message.round >= 1:  # an ordinary-looking norm
+            message = dataclasses.replace(message, norm=first_result[0].norm)
     if isinstance(message, Delta) and MODE == "partial" and message.round >= 1:
         send_half_and_die(self, message)
     return honest_send(self, message)
