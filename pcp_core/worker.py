@@ -48,7 +48,7 @@ from pcp_core.messages import (
 from pcp_core.program import TensorSpec
 from pcp_core.shard_transfer import ShardSource, default_shard_cache, shard_dataset
 from pcp_core.transport import Connection, TransportError, TransportOptions
-from pcp_core.worker_state import InnerStateStore
+from pcp_core.worker_state import KEEP, InnerStateStore
 
 log = structlog.get_logger(__name__)
 
@@ -189,26 +189,47 @@ class InnerState:
     after_round: int | None = None  # None: the fresh state from the Setup
 
     def prepare(self, round_index: int) -> None:
-        """Make the executor hold the state round `round_index` starts from, if saved."""
+        """Make the executor hold the state round `round_index` starts from, if saved;
+        say so where it cannot (the run then leaves the trajectory it would have had)."""
         if self.after_round == round_index - 1:
             return
         saved = self.store.load(self.run_id, before_round=round_index)
         if saved is None:
+            if self.after_round is not None or self.store.holds(self.run_id):
+                log.warning(
+                    "no saved inner state for this round; it starts from a fresh inner "
+                    "optimizer state, so the run is no longer the one it would have been",
+                    round=round_index,
+                )
             return
         self.after_round, arrays = saved
         self.session.executor.set_opt_state(arrays)
-        log.info("inner state restored", after_round=self.after_round, for_round=round_index)
+        if self.after_round != round_index - 1:
+            log.warning(
+                "the inner state saved for this round is gone; it starts from an older "
+                "one, so the run is no longer the one it would have been",
+                round=round_index,
+                after_round=self.after_round,
+            )
+        else:
+            log.info("inner state restored", after_round=self.after_round, for_round=round_index)
 
     def finished(self, round_index: int) -> None:
         self.after_round = round_index
         state = self.session.executor.opt_state()
-        self.store.save(self.run_id, self.session.index, round_index, state)
+        keep = int(self.session.settings.get("inner_states_kept", KEEP))
+        self.store.save(self.run_id, self.session.index, round_index, state, keep)
 
     def refused(self, round_index: int) -> None:
         """The shepherd refused this round's result (NaN, say): the next round starts
-        from the state saved before it, not from whatever this round left."""
+        from the state this one started from, not from whatever this round left; it is
+        saved again under this round, as if the round had changed nothing."""
         self.store.forget(round_index)
         self.after_round = None
+        saved = self.store.load(self.run_id, before_round=round_index)
+        if saved is not None:
+            self.session.executor.set_opt_state(saved[1])
+            self.finished(round_index)
 
 
 def run_worker(options: WorkerOptions, plugins: Any) -> None:
@@ -263,7 +284,8 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
 def serve(
     conn: LiveConnection, session: WorkerSession, worker_round: WorkerRound, inner: InnerState
 ) -> None:
-    """Rounds until Stop: Assignment -> Result; then Fetch -> Delta, or Discard."""
+    """Rounds until Stop: Assignment -> Result; then Fetch -> Delta, or Discard (also
+    after the Delta, when its tensors failed the shepherd's checks)."""
     pending: tuple[Assignment, RoundWork] | None = None
     while True:
         message = conn.receive()
@@ -281,11 +303,11 @@ def serve(
             asked = (message.round, message.attempt)
             if pending is None or (pending[0].round, pending[0].attempt) != asked:
                 raise TransportError(f"the shepherd asked about round {asked}, not ours")
-            if isinstance(message, Fetch):
+            if isinstance(message, Fetch):  # pending stays: the tensors may fail a check
                 conn.send(Delta(message.round, message.attempt, pending[1].tensors))
             else:
                 log.warning("result refused", round=message.round, reason=message.reason)
                 inner.refused(message.round)
-            pending = None
+                pending = None
         else:
             raise TransportError(f"unexpected {type(message).__name__} from the shepherd")

@@ -3,9 +3,12 @@
 After each round the worker writes its inner state (AdamW moments, step count: the
 learning-rate schedule continues from it) to `DIR/slot-N/round-R.npz`: temp file, fsync,
 rename, so a crash leaves the previous file whole; npz members carry CRC-32s, so a
-damaged file is detected on load and the one before it used. The two newest rounds are
-kept: a shepherd that restarts from its checkpoint may ask for the round before the
-last one again, and the state must then be the one that round started from.
+damaged file is detected on load and the one before it used. A shepherd that restarts
+from its checkpoint asks again for the rounds after it, and each must start from the
+state it started from the first time: with a checkpoint every C rounds that is up to C
+rounds back, so the newest C + 1 states are kept (the shepherd says how many; KEEP
+without word from it). On disk that is C + 1 copies of the inner state: with AdamW, two
+model copies each.
 
 A slot is held with an exclusive lock while its worker runs, so several workers can
 share one state directory (the first free slot is taken); a file records the run id,
@@ -45,7 +48,15 @@ class InnerStateStore:
         newest = self._files()
         return int(self._meta(newest[-1]).get("index", -1)) if newest else -1
 
-    def save(self, run_id: str, index: int, round_index: int, arrays: list[np.ndarray]) -> None:
+    def save(
+        self,
+        run_id: str,
+        index: int,
+        round_index: int,
+        arrays: list[np.ndarray],
+        keep: int = KEEP,
+    ) -> None:
+        """Save the state after round `round_index`; keep the `keep` newest of this run."""
         meta = {"run_id": run_id, "index": index, "round": round_index}
         path = self._path(round_index)
         partial = path.with_suffix(".partial")
@@ -62,8 +73,12 @@ class InnerStateStore:
                 same_run.append(old)
             else:
                 old.unlink(missing_ok=True)
-        for old in same_run[:-KEEP]:
+        for old in same_run[: -max(keep, 1)]:
             old.unlink(missing_ok=True)
+
+    def holds(self, run_id: str) -> bool:
+        """Whether any state of `run_id` is saved here."""
+        return any(self._meta(path).get("run_id") == run_id for path in self._files())
 
     def forget(self, round_index: int) -> None:
         self._path(round_index).unlink(missing_ok=True)

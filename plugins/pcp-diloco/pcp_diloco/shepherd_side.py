@@ -100,6 +100,9 @@ def run(ctx: RunContext) -> dict[str, Any]:
         "algorithm": "diloco",
         "run_id": state.run_id,
         "zero_at_round_start": momentum_to_reset(config, ctx.plugins, setup.program),
+        # a resumed run asks again for up to checkpoint_every rounds: each needs the
+        # inner state it started from (pcp_core.worker_state)
+        "inner_states_kept": config.checkpoint_every + 1,
     }
     status = ctx.status
     status.describe(rounds=rounds, model=config.model, parameters=setup.program.parameter_count)

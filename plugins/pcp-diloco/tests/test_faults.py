@@ -167,13 +167,17 @@ def test_diverging_run_stops_loudly(e2e: Any, tiny: tuple[str, ...], tmp_path: P
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("checkpoint_every", ["1", "5"])
 def test_killed_shepherd_resumes_on_the_same_trajectory(
-    e2e: Any, tiny: tuple[str, ...], token_file: Path, tmp_path: Path
+    e2e: Any, tiny: tuple[str, ...], token_file: Path, tmp_path: Path, checkpoint_every: str
 ) -> None:
     """kill -9 the shepherd mid-run and start it again with --resume: its workers
     reconnect by themselves, and the run ends with the parameters of an uninterrupted
-    run with the same settings."""
+    run with the same settings. With a checkpoint every 5 rounds (the README's example)
+    the resumed shepherd asks again for rounds the workers finished several rounds ago:
+    they kept the inner state each started from."""
     settings = ("--steps", "300", "--inner-steps", "10", "--eval-every", "0", *tiny)
+    settings += ("--checkpoint-every", checkpoint_every)
     reference = e2e.run_pcp(
         "reference", *DILOCO, "--workers", "2", "--out", str(tmp_path / "ref"), *settings
     )
@@ -213,3 +217,5 @@ def test_killed_shepherd_resumes_on_the_same_trajectory(
     for i in range(2):
         worker_log = (tmp_path / "processes" / f"worker-{i}.err").read_text()
         assert worker_log.count("joined") == 2, worker_log[-3000:]
+        assert "inner state restored" in worker_log
+        assert "run is no longer the one" not in worker_log, worker_log[-3000:]
