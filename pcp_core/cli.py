@@ -25,6 +25,8 @@ from pcp_core.cli_data import data_app
 from pcp_core.cli_plot import plot
 from pcp_core.registry import DuplicateNameError, UnknownNameError
 
+log = structlog.get_logger(__name__)
+
 app = typer.Typer(
     name="pcp",
     help="PCP, the Planetary Compute Protocol: train one model across loosely connected "
@@ -37,7 +39,7 @@ app = typer.Typer(
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Errors caused by input a user can fix: shown as one line, not a traceback."""
-    from pcp_core.checkpoint import CheckpointError
+    from pcp_core.checkpoint import CheckpointError, CheckpointWriteError
     from pcp_core.compiler import CompileError
     from pcp_core.data import DataError
     from pcp_core.executor import DeviceError
@@ -54,6 +56,7 @@ def _user_errors() -> tuple[type[BaseException], ...]:
         NotEnoughWorkers,
         RoundFailed,
         CheckpointError,
+        CheckpointWriteError,  # exit_codes.CHECKPOINT
         FloatingPointError,  # a diverging run
         ValueError,
         FileNotFoundError,
@@ -291,10 +294,20 @@ def run_algorithm(
             status.set_state("failed", quiet=True)  # the CLI prints the error
             raise
         status.set_state("done")
-    write_json(run_dir / "summary.json", summary)
-    from pcp_core.plots import write_loss_png
+    try:
+        write_json(run_dir / "summary.json", summary)
+        from pcp_core.plots import write_loss_png
 
-    write_loss_png(run_dir)
+        write_loss_png(run_dir)
+    except OSError as error:
+        log.error("summary not written", run_dir=str(run_dir), error=error.strerror or str(error))
+    if summary.get("checkpoint_error"):
+        from pcp_core.checkpoint import CheckpointWriteError
+
+        raise CheckpointWriteError(
+            f"the run trained to its end, but its last checkpoint was not written "
+            f"({summary['checkpoint_error']}); the previous one is kept"
+        )
     return summary | {"run_dir": str(run_dir)}
 
 
@@ -343,7 +356,11 @@ def run_or_explain(body: Callable[[], None]) -> None:
         typer.secho("interrupted", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(exit_codes.INTERRUPTED) from None
     except _user_errors() as error:
-        fail(str(error).splitlines()[0] if str(error) else type(error).__name__)
+        from pcp_core.checkpoint import CheckpointWriteError  # loaded by _user_errors
+
+        code = exit_codes.CHECKPOINT if isinstance(error, CheckpointWriteError) else None
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        fail(message, code or exit_codes.CONFIGURATION)
 
 
 def train(
@@ -539,8 +556,14 @@ def worker(
     restarts: int = typer.Option(
         5,
         "--restarts",
-        help="Restart after a crash, with backoff, up to this many times in a row (a run "
-        "of over a minute resets the count); 0: never.",
+        help="Restart after a crash, with backoff, up to this many times in a row (a join, "
+        "or a run of over a minute, resets the count); 0: never, and no reconnecting.",
+    ),
+    give_up_after: float = typer.Option(
+        24 * 3600.0,
+        "--give-up-after",
+        help="Seconds to keep reconnecting, with backoff up to 30 s, while the shepherd is "
+        "out of reach (restarting, or the network down), counted from the last join.",
     ),
 ) -> None:
     """Join a shepherd and train on this machine's device until told to stop."""
@@ -550,8 +573,12 @@ def worker(
     host, _, port = connect.rpartition(":")
     if not host or not port.isdigit():
         fail(f"--connect must be HOST:PORT, got {connect!r}")
-    if not (math.isfinite(timeout) and timeout > 0):
-        fail(f"--timeout must be a positive number of seconds, got {timeout}")
+    if not (math.isfinite(timeout) and 0 < timeout <= run_config.MAX_SECONDS):
+        fail(f"--timeout must be from 0 to {run_config.MAX_SECONDS:g} seconds, got {timeout}")
+    if not (math.isfinite(give_up_after) and give_up_after >= 0):
+        fail(f"--give-up-after must be a number of seconds, got {give_up_after}")
+    if restarts < 0:
+        fail(f"--restarts must not be negative, got {restarts}")
     from pcp_core.auth import AuthError, load_secret
 
     try:  # before the supervisor starts: a restart cannot fix these
@@ -570,10 +597,16 @@ def worker(
         from pcp_core.supervisor import Supervisor
 
         command = [sys.executable, "-m", "pcp_core", *sys.argv[1:], "--restarts", "0"]
-        raise typer.Exit(Supervisor(command, env=retaining_env(), max_restarts=restarts).serve())
+        supervisor = Supervisor(
+            command, env=retaining_env(), max_restarts=restarts, give_up_after_s=give_up_after
+        )
+        raise typer.Exit(supervisor.serve())
 
     def body() -> None:
+        from pcp_core.supervisor import die_with_parent, mark_joined
         from pcp_core.worker_state import StateDirBusy, default_state_dir
+
+        die_with_parent()
 
         try:
             options = worker_runtime.WorkerOptions(
@@ -588,13 +621,14 @@ def worker(
                 state_dir=state_dir or default_state_dir(host, port, backend, device),
                 data=data,
                 shard_cache=shard_cache,
+                on_joined=mark_joined,
             )
             worker_runtime.run_worker(options, plugins.host())
         except (worker_runtime.JoinRefused, AuthError, StateDirBusy) as error:
             typer.secho(f"error: refused: {error}", fg=typer.colors.RED, err=True)
             raise typer.Exit(exit_codes.REFUSED) from None
-        except TransportError as error:
-            fail(f"lost the shepherd: {error}", code=exit_codes.CRASHED)
+        except (TransportError, ConnectionError, TimeoutError) as error:
+            fail(f"lost the shepherd: {error}", code=exit_codes.UNREACHABLE)
 
     run_or_explain(body)
 

@@ -1,16 +1,26 @@
-"""The supervisor: a light parent that restarts its worker process after a crash.
+"""The supervisor: a light parent that restarts its worker process after a crash, and
+keeps it trying while its shepherd is out of reach.
 
-Restarts back off exponentially (1 s, 2 s, 4 s … up to 30 s). A worker that ran for
-over `STABLE_S` before it crashed (it lost its shepherd after an hour of rounds, say)
-starts the count and the backoff afresh; `max_restarts` crashes in a row, each soon
-after its start, are a crash loop: reported once, and supervision ends. A clean exit,
-a configuration error (no device, missing driver, bad input), a refusal (a wrong secret
-or version) or Ctrl-C ends supervision too: restarting cannot fix those
-(`pcp_core.exit_codes`).
+Two kinds of exit are retried, differently:
+
+- A crash (exit 1): restarts back off exponentially (1 s, 2 s, 4 s … up to 30 s).
+  `max_restarts` crashes in a row are a crash loop: reported once, and supervision ends.
+  A worker that joined its shepherd since it was started, or ran for over `STABLE_S`,
+  starts the count afresh: it was working, so the next crash is no loop.
+- A lost or unreachable shepherd (exit 4, `exit_codes.UNREACHABLE`: a shepherd that is
+  restarting, a network that is down): no crash at all. Retried with the same capped
+  backoff for as long as the run may come back: until `give_up_after_s` have passed
+  since the worker last joined (or was first started).
+
+A clean exit, a configuration error (no device, missing driver, bad input), a refusal (a
+wrong secret or version), a failed final checkpoint or Ctrl-C ends supervision:
+restarting cannot fix those (`pcp_core.exit_codes`).
 
 The worker never outlives its supervisor: a supervisor that is a process of its own
 (`pcp worker`, see `serve`) passes SIGTERM, SIGINT and SIGHUP on to it, and on Linux the
-kernel kills the worker when the supervisor dies, SIGKILL included.
+kernel kills the worker when the supervisor dies, SIGKILL included: the worker arms
+that itself at start (`die_with_parent`, told the parent's pid in PARENT_ENV), so no
+code runs between fork and exec in a shepherd full of threads.
 """
 
 import contextlib
@@ -19,9 +29,10 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -33,9 +44,12 @@ from pcp_core import exit_codes
 log = structlog.get_logger(__name__)
 
 STABLE_S = 60.0
+GIVE_UP_AFTER_S = 24 * 3600.0  # how long a worker keeps trying to reach its shepherd
 GRACE_S = 10.0  # how long a signalled worker may take to exit before it is killed
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+PARENT_ENV = "PCP_SUPERVISOR_PID"  # the worker dies with this process
+JOINED_ENV = "PCP_JOINED_FILE"  # the worker writes to this file once it has joined
 
 
 @functools.cache
@@ -54,28 +68,30 @@ def _prctl() -> Any:
     return prctl
 
 
-def dies_with_this_thread() -> Callable[[], None] | None:
-    """A `preexec_fn` that has the kernel SIGKILL the child when the thread that starts
-    it ends (Linux's parent-death signal: it follows the thread, not the process, so
-    start the child from a thread that outlives it). None where there is no prctl.
-
-    It runs between fork and exec, so it only calls what was looked up beforehand.
-    """
+def die_with_parent() -> None:
+    """In a supervised worker: have the kernel SIGKILL this process when the supervisor's
+    thread that started it ends (Linux's parent-death signal), and end at once if the
+    supervisor is already gone. Does nothing unsupervised or where there is no prctl."""
+    parent = os.environ.get(PARENT_ENV)
     prctl = _prctl()
-    if prctl is None:
-        return None
-    parent, kill = os.getpid(), int(signal.SIGKILL)
+    if parent is None or prctl is None:
+        return
+    prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != int(parent):  # the supervisor died before the signal was armed
+        os.kill(os.getpid(), signal.SIGKILL)
 
-    def arm() -> None:
-        prctl(PR_SET_PDEATHSIG, kill, 0, 0, 0)
-        if os.getppid() != parent:  # the parent died before the signal was armed
-            os.kill(os.getpid(), kill)
 
-    return arm
+def mark_joined() -> None:
+    """In a supervised worker: tell the supervisor this worker joined its shepherd."""
+    path = os.environ.get(JOINED_ENV)
+    if path:
+        with contextlib.suppress(OSError), open(path, "ab") as marker:
+            marker.write(b"j")
 
 
 class Supervisor:
-    """Runs `command` and restarts it after a crash, up to `max_restarts` times in a row."""
+    """Runs `command`, restarting it after a crash (up to `max_restarts` in a row) and
+    while its shepherd is out of reach (for up to `give_up_after_s`)."""
 
     def __init__(
         self,
@@ -85,6 +101,7 @@ class Supervisor:
         max_restarts: int = 5,
         backoff_s: float = 1.0,
         max_backoff_s: float = 30.0,
+        give_up_after_s: float = GIVE_UP_AFTER_S,
     ) -> None:
         self.command = list(command)
         self.env = env
@@ -92,6 +109,7 @@ class Supervisor:
         self.max_restarts = max_restarts
         self.backoff_s = backoff_s
         self.max_backoff_s = max_backoff_s
+        self.give_up_after_s = give_up_after_s
         self.restarts = 0
         self.process: subprocess.Popen[bytes] | None = None
         self.signalled: int | None = None  # the signal that stopped `serve`
@@ -99,15 +117,17 @@ class Supervisor:
         self._stopping = threading.Event()
         self._lock = threading.Lock()
 
-    def _spawn(self) -> subprocess.Popen[bytes]:
+    def _spawn(self, joined: Path) -> subprocess.Popen[bytes]:
+        joined.write_bytes(b"")
+        env = {**(os.environ if self.env is None else self.env)}
+        env |= {PARENT_ENV: str(os.getpid()), JOINED_ENV: str(joined)}
         output = self.log_path.open("ab") if self.log_path else None
         try:
             return subprocess.Popen(
                 self.command,
-                env=self.env,
+                env=env,
                 stdout=output,
                 stderr=subprocess.STDOUT if output else None,
-                preexec_fn=dies_with_this_thread(),
                 # under `serve`, signals reach the worker through this process only, once
                 process_group=0 if self._own_group else None,
             )
@@ -117,19 +137,41 @@ class Supervisor:
 
     def run(self) -> int:
         """Supervise until a final exit; returns the worker's last exit code."""
+        descriptor, name = tempfile.mkstemp(prefix="pcp-joined-")
+        os.close(descriptor)
+        joined = Path(name)
+        try:
+            return self._supervise(joined)
+        finally:
+            joined.unlink(missing_ok=True)
+
+    def _supervise(self, joined: Path) -> int:
         delay, in_a_row = self.backoff_s, 0
+        reachable_at = time.monotonic()  # the last join (or the start)
         while True:
             with self._lock:
                 if self._stopping.is_set():
                     return exit_codes.INTERRUPTED
                 started = time.monotonic()
-                self.process = self._spawn()
+                self.process = self._spawn(joined)
             code = self.process.wait()
             if code in exit_codes.FINAL or self._stopping.is_set():
                 return code
-            if time.monotonic() - started > STABLE_S:
-                delay, in_a_row = self.backoff_s, 0
-            if in_a_row >= self.max_restarts:
+            if joined.stat().st_size or time.monotonic() - started > STABLE_S:
+                delay, in_a_row = self.backoff_s, 0  # it was working: no loop, no backoff
+            if joined.stat().st_size:
+                reachable_at = time.monotonic()
+            if code == exit_codes.UNREACHABLE:
+                unreachable_s = time.monotonic() - reachable_at
+                if unreachable_s > self.give_up_after_s:
+                    log.error(
+                        "the shepherd stayed out of reach; giving up",
+                        for_s=round(unreachable_s),
+                        give_up_after_s=self.give_up_after_s,
+                    )
+                    return code
+                log.warning("the shepherd is out of reach; trying again", in_s=delay)
+            elif in_a_row >= self.max_restarts:
                 log.error(
                     "worker is in a crash loop; giving up",
                     code=code,
@@ -137,9 +179,12 @@ class Supervisor:
                     log=str(self.log_path) if self.log_path else "above",
                 )
                 return code
-            in_a_row += 1
+            else:
+                in_a_row += 1
+                log.warning(
+                    "worker crashed; restarting", code=code, restart=self.restarts + 1, in_s=delay
+                )
             self.restarts += 1
-            log.warning("worker crashed; restarting", code=code, restart=self.restarts, in_s=delay)
             if self._stopping.wait(delay):
                 return exit_codes.INTERRUPTED
             delay = min(delay * 2, self.max_backoff_s)

@@ -71,6 +71,7 @@ class WorkerOptions:
     name: str = ""
     data: Path | None = None  # a prepared dataset on this machine (else shards are fetched)
     shard_cache: Path | None = None  # where fetched shards are kept (default: user cache)
+    on_joined: Callable[[], None] | None = None  # called once joined, the program loaded
 
 
 @dataclass
@@ -274,6 +275,8 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
             conn.send(Failure(str(error)))
             raise
         conn.send(Ready())
+        if options.on_joined is not None:
+            options.on_joined()
         session = WorkerSession(welcome.worker_index, executor, corpus, settings)
         worker_round: WorkerRound = plugins.algorithm(settings["algorithm"]).worker_round
         serve(conn, session, worker_round, InnerState(session, store, settings["run_id"]))
