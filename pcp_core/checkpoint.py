@@ -2,8 +2,14 @@
 
 `save` writes a temp file, fsyncs it, moves the current checkpoint aside to
 `*-previous.safetensors` and renames the new one into place, then fsyncs the directory.
-A SHA-256 of the tensors' bytes rides in the metadata. `load_latest` checks it and
-falls back to the previous checkpoint when the newest is missing, truncated or corrupt.
+A write that fails (no space, no permission) removes its temp file, leaves both earlier
+checkpoints as they were, and raises CheckpointWriteError: one line saying why.
+
+A SHA-256 over the tensors' bytes and every metadata entry rides in the metadata
+("checksum"), so a changed bit in the round to resume from is caught as surely as one in
+a tensor. `load_latest` checks it and falls back to the previous checkpoint when the
+newest is missing, truncated or corrupt. Checkpoints from before the metadata was
+covered carry "sha256", over the tensors alone, and still load.
 """
 
 import hashlib
@@ -17,41 +23,61 @@ import structlog
 
 log = structlog.get_logger(__name__)
 
+CHECKSUM = "checksum"  # over tensors and metadata
+TENSORS_ONLY = "sha256"  # the older checksum, over the tensors alone
+
 
 class CheckpointError(RuntimeError):
     """No intact checkpoint to resume from."""
+
+
+class CheckpointWriteError(OSError):
+    """A checkpoint could not be written; the earlier ones are untouched."""
 
 
 def previous_path(path: Path) -> Path:
     return path.with_name(path.stem + "-previous" + path.suffix)
 
 
-def _digest(tensors: dict[str, np.ndarray]) -> str:
+def _digest(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = None) -> str:
     digest = hashlib.sha256()
     for name in sorted(tensors):
         digest.update(name.encode() + b"\0")
         digest.update(np.ascontiguousarray(tensors[name]).tobytes())
+    if metadata is not None:
+        digest.update(b"\0metadata\0")
+        digest.update(json.dumps(metadata, sort_keys=True).encode())
     return digest.hexdigest()
 
 
 def save(path: Path, tensors: dict[str, np.ndarray], metadata: dict[str, Any]) -> None:
     from safetensors.numpy import save_file
 
-    path.parent.mkdir(parents=True, exist_ok=True)
     partial = path.with_name(path.name + f".{os.getpid()}.partial")
     tensors = {k: np.ascontiguousarray(v) for k, v in tensors.items()}
-    text_metadata = {k: v if isinstance(v, str) else json.dumps(v) for k, v in metadata.items()}
-    save_file(tensors, partial, text_metadata | {"sha256": _digest(tensors)})
-    with partial.open("rb") as written:
-        os.fsync(written.fileno())
-    if path.exists():
-        path.replace(previous_path(path))
-    partial.replace(path)
-    descriptor = os.open(path.parent, os.O_RDONLY)
+    text_metadata = {
+        k: v if isinstance(v, str) else json.dumps(v)
+        for k, v in metadata.items()
+        if k not in (CHECKSUM, TENSORS_ONLY)
+    }
+    text_metadata[CHECKSUM] = _digest(tensors, text_metadata)
     try:
-        os.fsync(descriptor)
-    finally:
-        os.close(descriptor)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        save_file(tensors, partial, text_metadata)
+        with partial.open("rb") as written:
+            os.fsync(written.fileno())
+        if path.exists():
+            path.replace(previous_path(path))
+        partial.replace(path)
+        descriptor = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(descriptor)
+        finally:
+            os.close(descriptor)
+    except Exception as error:  # safetensors reports a full disk as its own error type
+        partial.unlink(missing_ok=True)
+        why = getattr(error, "strerror", None) or str(error).splitlines()[0]
+        raise CheckpointWriteError(f"cannot write the checkpoint {path}: {why}") from error
 
 
 def load(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
@@ -64,8 +90,12 @@ def load(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
             metadata = dict(handle.metadata() or {})
     except (OSError, SafetensorError) as error:
         raise CheckpointError(f"{path}: unreadable: {error}") from error
-    expected = metadata.get("sha256")
-    if expected is not None and _digest(tensors) != expected:
+    if CHECKSUM in metadata:
+        covered = {k: v for k, v in metadata.items() if k != CHECKSUM}
+        intact = _digest(tensors, covered) == metadata[CHECKSUM]
+    else:
+        intact = TENSORS_ONLY not in metadata or _digest(tensors) == metadata[TENSORS_ONLY]
+    if not intact:
         raise CheckpointError(f"{path}: checksum mismatch, the file is corrupt")
     return tensors, metadata
 

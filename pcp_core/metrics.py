@@ -6,8 +6,10 @@ sink in its run directory, and `Metrics` hands each record to all of them. The J
 writer is one such sink, registered by the core like any plugin.
 """
 
+import errno
 import json
 import math
+import os
 import shutil
 import time
 from collections.abc import Callable
@@ -67,17 +69,24 @@ def finite_json(value: Any) -> Any:
 
 
 class MetricsLog:
-    """Appends one JSON object per line and flushes it, so a crash loses nothing logged.
-    A non-finite number is written as null, so every line stays valid JSON."""
+    """Appends one JSON object per line, unbuffered, so a crash loses nothing logged.
+    A non-finite number is written as null, so every line stays valid JSON; a line that
+    fails halfway (a full disk) is cut off again, so no broken line is left behind."""
 
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._file: IO[str] = path.open("a", encoding="utf-8")
+        self._file: IO[bytes] = path.open("ab", buffering=0)
 
     def write(self, record: dict[str, Any]) -> None:
-        self._file.write(json.dumps(finite_json(record), allow_nan=False) + "\n")
-        self._file.flush()
+        line = (json.dumps(finite_json(record), allow_nan=False) + "\n").encode()
+        size = os.fstat(self._file.fileno()).st_size
+        try:
+            if self._file.write(line) != len(line):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        except OSError:
+            os.ftruncate(self._file.fileno(), size)
+            raise
 
     def keep_only(self, keep: Callable[[dict[str, Any]], bool]) -> None:
         """Rewrite the log with the records `keep` accepts (a resumed run redoes the rest);
@@ -94,7 +103,7 @@ class MetricsLog:
         partial = self.path.with_name(self.path.name + ".partial")
         partial.write_text("".join(kept), encoding="utf-8")
         partial.replace(self.path)
-        self._file = self.path.open("a", encoding="utf-8")
+        self._file = self.path.open("ab", buffering=0)
 
     def close(self) -> None:
         self._file.close()
@@ -165,6 +174,9 @@ class Metrics:
         try:
             call(*args)
         except Exception as error:
+            if name == JSONL.name and isinstance(error, OSError):  # a full disk, say
+                log.error("metrics record not written; training goes on", error=str(error))
+                return
             if name == JSONL.name:  # the run's own record: losing it must not go unseen
                 raise
             log.warning("metric sink failed; dropping it", sink=name, error=repr(error))
@@ -195,5 +207,9 @@ def open_metrics(
 
 def write_json(path: Path, data: dict[str, Any]) -> None:
     partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(finite_json(data), indent=2) + "\n", encoding="utf-8")
-    partial.replace(path)
+    try:
+        partial.write_text(json.dumps(finite_json(data), indent=2) + "\n", encoding="utf-8")
+        partial.replace(path)
+    except OSError:
+        partial.unlink(missing_ok=True)
+        raise

@@ -12,10 +12,11 @@ from pcp_core.backends import Backend
 from pcp_core.config import RunConfig, to_dict
 from pcp_core.data import Corpus
 from pcp_core.evaluation import Evaluator
-from pcp_core.footprint import Footprint, estimate, human_count
+from pcp_core.footprint import Footprint, estimate, human_count, parameter_shapes
 from pcp_core.models import Model
 from pcp_core.optimizers import InnerSettings
 from pcp_core.program import TrainProgram, build_eval_program, build_train_program
+from pcp_core.resources import require_memory
 
 log = structlog.get_logger(__name__)
 
@@ -28,6 +29,7 @@ class TrainingSetup:
     corpus: Corpus  # a text corpus (CharCorpus) or a prepared dataset (PreparedDataset)
     program: TrainProgram
     evaluator: Evaluator  # validation on the run's own backend (`--backend`)
+    checkpoint_error: str | None = None  # why the latest checkpoint was not written
 
     def initial_params(self) -> list[np.ndarray]:
         return list(self.model.init(self.model_config, self.config.seed).values())
@@ -80,7 +82,19 @@ class TrainingSetup:
         vocabulary = getattr(self.corpus, "vocabulary", None)
         if vocabulary is not None:  # for readers from before the tokenizer was stored
             metadata["vocabulary"] = vocabulary
-        checkpoint.save(run_dir / "checkpoint.safetensors", tensors, metadata)
+        try:
+            checkpoint.save(run_dir / "checkpoint.safetensors", tensors, metadata)
+        except checkpoint.CheckpointWriteError as error:
+            # A full disk may be freed while the run goes on: keep training, try again at
+            # the next checkpoint; the run's end says whether the last one was written.
+            self.checkpoint_error = str(error)
+            log.error(
+                "checkpoint not written; the previous one is kept, and training goes on",
+                step=step,
+                error=str(error),
+            )
+            return
+        self.checkpoint_error = None
 
     def summary(
         self,
@@ -101,6 +115,7 @@ class TrainingSetup:
             "backend": self.config.backend,
             "parameters": self.program.parameter_count,
             "memory_estimate": self.footprint().to_dict(),
+            "checkpoint_error": self.checkpoint_error,
             "config": to_dict(self.config),
         }
 
@@ -119,8 +134,16 @@ def inner_settings(config: RunConfig) -> InnerSettings:
     )
 
 
-def prepare(config: RunConfig, plugins: Any) -> TrainingSetup:
-    """Load the data, size the model to its vocabulary and export the train program."""
+def prepare(
+    config: RunConfig,
+    plugins: Any,
+    trainers: list[str] | None = None,
+    shepherd: bool = False,
+) -> TrainingSetup:
+    """Load the data, size the model to its vocabulary, check that the run fits this
+    machine's memory (`trainers`: the backends of the training processes started here,
+    default the run's own; `shepherd`: this process holds a distributed run's model
+    copies) and export the train program."""
     model: Model = plugins.model(config.model)
     optimizer = plugins.optimizer(config.optimizer)
     if getattr(optimizer, "role", None) != "inner":
@@ -131,6 +154,16 @@ def prepare(config: RunConfig, plugins: Any) -> TrainingSetup:
     )
     if "block_size" in model_config:
         corpus.check_block_size(model_config["block_size"])
+    footprint = estimate(
+        parameter_shapes(model, model_config).values(), model_config, config.batch_size
+    )
+    evaluation_bytes = (
+        8 * config.eval_batches * config.batch_size * model_config.get("block_size", 1)
+    )
+    backends = [plugins.backend(name) for name in (config.backend,) if trainers is None] + [
+        plugins.backend(name) for name in trainers or []
+    ]
+    require_memory(footprint, backends, shepherd, evaluation_bytes)
     program = build_train_program(
         model,
         model_config,

@@ -2,6 +2,7 @@
 staged deltas, saved inner states and checkpoints that survive damage."""
 
 import itertools
+import json
 import threading
 
 import numpy as np
@@ -187,6 +188,47 @@ def test_checkpoint_falls_back_to_the_previous_one(tmp_path) -> None:
     checkpoint.previous_path(path).unlink()
     with pytest.raises(checkpoint.CheckpointError, match="no intact checkpoint"):
         checkpoint.load_latest(path)
+
+
+def test_a_changed_bit_in_the_metadata_is_caught(tmp_path) -> None:
+    """The round to resume from is metadata: one bit of it changed (7 -> 6, the same
+    length, so the file still parses) fails the checksum like a tensor's bit would."""
+    path = tmp_path / "checkpoint.safetensors"
+    checkpoint.save(path, {"w": np.ones(3, np.float32)}, {"diloco": {"next_round": 6}})
+    checkpoint.save(path, {"w": np.ones(3, np.float32)}, {"diloco": {"next_round": 7}})
+    data = path.read_bytes()
+    assert data.count(b'next_round\\": 7') == 1
+    path.write_bytes(data.replace(b'next_round\\": 7', b'next_round\\": 6'))
+    with pytest.raises(checkpoint.CheckpointError, match="checksum"):
+        checkpoint.load(path)
+    assert json.loads(checkpoint.load_latest(path)[1]["diloco"])["next_round"] == 6
+
+
+def test_a_checkpoint_from_before_the_metadata_checksum_loads(tmp_path) -> None:
+    from safetensors.numpy import save_file
+
+    path = tmp_path / "checkpoint.safetensors"
+    tensors = {"w": np.ones(3, np.float32)}
+    save_file(tensors, path, {"step": "3", "sha256": checkpoint._digest(tensors)})
+    assert checkpoint.load(path)[1]["step"] == "3"
+    save_file(tensors, path, {"step": "3", "sha256": "0" * 64})
+    with pytest.raises(checkpoint.CheckpointError, match="checksum"):
+        checkpoint.load(path)
+
+
+def test_a_failed_write_keeps_the_earlier_checkpoints(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "checkpoint.safetensors"
+    checkpoint.save(path, {"w": np.ones(3, np.float32)}, {"round": 1})
+    checkpoint.save(path, {"w": np.full(3, 2, np.float32)}, {"round": 2})
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+
+    def no_space(*args, **kwargs) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(checkpoint.os, "fsync", no_space)
+    with pytest.raises(checkpoint.CheckpointWriteError, match="No space left on device"):
+        checkpoint.save(path, {"w": np.full(3, 3, np.float32)}, {"round": 3})
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
 
 
 def test_metrics_stay_valid_json(tmp_path) -> None:
