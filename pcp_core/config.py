@@ -22,6 +22,36 @@ INNER_LR_SCALINGS = {"sqrt": 0.5, "none": 0.0}
 INNER_MOMENTUM = ("reset", "keep")
 
 
+# Upper bounds of the numeric settings: far above any real run, low enough that a typo
+# (an exponent too many) is a one-line error instead of an overflow, a huge allocation or
+# a run with no end. Memory is checked separately, against the machine (pcp_core.resources).
+MAX_SECONDS = 7 * 24 * 3600.0
+MAX_STEPS = 10**9
+UPPER_BOUNDS: dict[str, float] = {
+    "steps": MAX_STEPS,
+    "inner_steps": MAX_STEPS,
+    "warmup_steps": MAX_STEPS,
+    "eval_every": MAX_STEPS,
+    "checkpoint_every": MAX_STEPS,
+    "inner_warmup_rounds": MAX_STEPS,
+    "outer_warmup_rounds": MAX_STEPS,
+    "steps_per_call": 10**5,
+    "eval_batches": 10**5,
+    "batch_size": 2**20,
+    "n_layer": 10**4,
+    "n_head": 2**16,
+    "n_embd": 2**20,
+    "block_size": 2**20,
+    "workers": 10**4,
+    "min_workers": 10**4,
+    "seed": 2**31 - 1,
+    "device": 2**16,
+    "worker_timeout": MAX_SECONDS,
+    "join_timeout": MAX_SECONDS,
+    "round_timeout": MAX_SECONDS,
+}
+
+
 class ConfigError(ValueError):
     """A bad setting: unknown key, wrong type, out-of-range value."""
 
@@ -251,6 +281,17 @@ class RunConfig:
             if value is not None and value < (0 if name == "device" else 1):
                 raise ConfigError(f"{name} must be positive, got {value}")
         self._check_ranges()
+        for name, bound in UPPER_BOUNDS.items():
+            value = getattr(self, name)
+            if value is not None and value > bound:
+                raise ConfigError(f"{name} must be at most {bound:,}, got {value:g}")
+        if self.seed < 0:
+            raise ConfigError(f"seed must not be negative, got {self.seed}")
+        if self.algorithm != "local" and self.min_workers > self.workers:
+            raise ConfigError(
+                f"min_workers ({self.min_workers}) must not be more than workers "
+                f"({self.workers}): a round could never have enough results"
+            )
         for name in ("port", "status_port"):
             value = getattr(self, name)
             if value is not None and not 0 <= value < 65536:

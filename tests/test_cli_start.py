@@ -10,11 +10,11 @@ import pytest
 from tests.conftest import run_pcp
 
 
-@pytest.mark.parametrize("timeout", ["nan", "inf", "0", "-1"])
+@pytest.mark.parametrize("timeout", ["nan", "inf", "0", "-1", "1e308"])
 def test_worker_timeout_must_be_a_positive_number(timeout: str) -> None:
     result = run_pcp("worker", "--connect", "127.0.0.1:9", "--timeout", timeout)
     assert result.returncode == 2, result.stderr
-    assert "--timeout must be a positive number of seconds" in result.stderr
+    assert "--timeout must be from 0 to 604800 seconds" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
@@ -117,3 +117,33 @@ def test_worker_token_file_open_to_others(tmp_path: Path) -> None:
     assert result.returncode == 2, result.stderr
     assert result.stderr.startswith(f"error: token file {token} has mode 0640")
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--n-embd", "1000000000"], "n_embd must be at most 1,048,576, got 1e+09"),
+        (["--batch-size", "1000000000"], "batch_size must be at most"),
+        (["--eval-batches", "1000000000000"], "eval_batches must be at most"),
+        (["--algorithm", "diloco", "--workers", "100000"], "workers must be at most"),
+        (["--algorithm", "diloco", "--worker-timeout", "1e308"], "worker_timeout must be at"),
+        (["--algorithm", "diloco", "--min-workers", "5", "--workers", "2"], "min_workers (5)"),
+        (["--n-embd", "100000"], "more than this machine's"),
+        (["--eval-batches", "90000", "--batch-size", "90000"], "validation batches"),
+        (["--algorithm", "diloco", "--workers", "1000"], "1000 training processes"),
+    ],
+)
+def test_settings_that_would_crash_or_run_away_are_one_line_errors(
+    args: list[str], says: str, tmp_path: Path
+) -> None:
+    result = run_pcp("train", *args, "--out", str(tmp_path / "run"))
+    assert result.returncode == 2, result.stderr
+    assert says in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+def test_a_toml_step_count_with_no_end_is_refused(tmp_path: Path) -> None:
+    config = tmp_path / "run.toml"
+    config.write_text("steps = 1e30\n")
+    result = run_pcp("train", "--config", str(config), "--out", str(tmp_path / "run"))
+    assert result.returncode == 2 and "steps must be at most" in result.stderr, result.stderr

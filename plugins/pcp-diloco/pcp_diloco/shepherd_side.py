@@ -75,7 +75,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
     if getattr(outer, "role", None) != "outer":
         raise ConfigError(f"optimizer {config.outer_optimizer!r} is not an outer optimizer")
     ctx.plugins.transport(config.transport)  # fail on an unknown transport before compiling
-    setup = prepare(config, ctx.plugins)
+    trainers = config.local_worker_backends() if ctx.local_workers else []
+    setup = prepare(config, ctx.plugins, trainers=trainers, shepherd=True)
     # said once the settings are known good: a bad one is a one-line error
     if (config.lr, config.warmup_steps) != (ctx.config.lr, ctx.config.warmup_steps):
         log.info("inner learning rate", lr=config.lr, min_lr=config.min_lr, of_lr=ctx.config.lr,
