@@ -12,7 +12,11 @@
 # Figures go to $OUT (default benchmarks/results).
 set -uo pipefail
 out=${OUT:-benchmarks/results}
-site=/tmp/pcp-site
+# Everything this script writes outside $out lies in one private folder of its own
+# (mktemp: unpredictable, mode 0700), removed at the end.
+work=$(mktemp -d) || exit 1
+trap 'rm -rf "$work"' EXIT
+site=$work/site
 mkdir -p "$out"
 if [ -n "${WHEELS:-}" ]; then
     python3 -m pip install -q --upgrade --no-index --no-deps --no-compile --target "$site" \
@@ -20,8 +24,7 @@ if [ -n "${WHEELS:-}" ]; then
 fi
 PYTHONPATH=$(python3 scripts/register_checkout.py "$site")${PYTHONPATH:+:$PYTHONPATH} || exit 1
 # The compile cache is this run's own: PCP uses only a cache no one else can write to.
-cache=$(mktemp -d) || exit 1
-trap 'rm -rf "$cache"' EXIT
+cache=$work/cache
 export PYTHONPATH PCP_CACHE_DIR=$cache PYTHONUNBUFFERED=1 COLUMNS=160
 status=0
 step() { echo; echo "=== $*"; }
@@ -51,14 +54,14 @@ PY
 step "3. IREE CUDA vs XLA on the GPU, f32 and bf16; kernels"
 precisions=(--sizes gpt-b32 --precision f32 bf16)
 python3 benchmarks/step_time.py --backend cuda "${precisions[@]}" --results "$out" || status=1
-python3 benchmarks/step_time.py --backend cuda "${precisions[@]}" --vmfb-dir /tmp/pcp-vmfb \
+python3 benchmarks/step_time.py --backend cuda "${precisions[@]}" --vmfb-dir $work/vmfb \
     --compile-only || status=1
 for precision in f32 bf16; do
     JAX_PLATFORMS=cpu ncu --clock-control none --metrics gpu__time_duration.sum --csv \
-        --print-units base --log-file "/tmp/kernels_$precision.csv" \
-        python3 benchmarks/kernel_profile.py run --vmfb-dir /tmp/pcp-vmfb --precision "$precision" \
+        --print-units base --log-file "$work/kernels_$precision.csv" \
+        python3 benchmarks/kernel_profile.py run --vmfb-dir $work/vmfb --precision "$precision" \
         >/dev/null || status=1
-    python3 benchmarks/kernel_profile.py table "/tmp/kernels_$precision.csv" \
+    python3 benchmarks/kernel_profile.py table "$work/kernels_$precision.csv" \
         --out "$out/kernels_$precision.md" | head -8 || status=1
 done
 

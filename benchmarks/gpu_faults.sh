@@ -2,12 +2,14 @@
 # with the IREE compiler/runtime and the wheels carried in .gpu9/ (see
 # benchmarks/results/gpu/h100/faults_cuda.md); writes logs and metrics to $OUT.
 set -u
-mkdir -p /tmp/iree-x && tar xJf .gpu9/compiler.tar.xz -C /tmp/iree-x && tar xJf .gpu9/runtime.tar.xz -C /tmp/iree-x || exit 1
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu9/whl/*.whl || exit 1
-# The compile cache is this run's own: PCP uses only a cache no one else can write to.
-cache=$(mktemp -d) || exit 1
-trap 'rm -rf "$cache"' EXIT
-export PYTHONPATH=/tmp/iree-x:/tmp/site:$(python3 scripts/register_checkout.py /tmp/site) PYTHONUNBUFFERED=1 PCP_CACHE_DIR=$cache XDG_STATE_HOME=/tmp/state
+# Everything outside $OUT goes to one private folder (mktemp: unpredictable, mode 0700):
+# the unpacked compiler, the wheels, the compile cache (PCP uses only a cache no one else
+# can write to) and the workers' state.
+work=$(mktemp -d) || exit 1
+trap 'rm -rf "$work"' EXIT
+mkdir -p $work/iree-x && tar xJf .gpu9/compiler.tar.xz -C $work/iree-x && tar xJf .gpu9/runtime.tar.xz -C $work/iree-x || exit 1
+python3 -m pip install -q --no-index --no-deps --no-compile --target $work/site .gpu9/whl/*.whl || exit 1
+export PYTHONPATH=$work/iree-x:$work/site:$(python3 scripts/register_checkout.py $work/site) PYTHONUNBUFFERED=1 PCP_CACHE_DIR=$work/cache XDG_STATE_HOME=$work/state
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 python3 -c "import jax, pluggy, typer, rich; print('jax', jax.__version__)" || exit 1
 MODEL="--n-layer 4 --n-head 4 --n-embd 256 --block-size 128 --batch-size 32 --eval-every 0 --worker-timeout 5"

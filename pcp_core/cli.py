@@ -236,6 +236,9 @@ def run_algorithm(
 
     host = plugins.host()
     algorithm = host.algorithm(config.algorithm)
+    host.model(config.model)  # unknown names fail here, before --overwrite deletes anything
+    host.dataset(config.dataset)
+    host.optimizer(config.optimizer)
     if resume and not algorithm.resumable:
         raise run_config.ConfigError(f"algorithm {config.algorithm!r} cannot resume a run")
     run_dir = Path(config.out) if config.out else new_run_dir()

@@ -93,10 +93,21 @@ class Shepherd:
             self._take(link)
 
     def _take(self, link: WorkerLink) -> None:
-        for old in list(self.links.values()):
+        """Take a joined worker into the next rounds, unless a connected worker has its
+        name: names are unique (a default one holds the host and pid, so a restarted
+        worker has a new one), and a newcomer must not push a working worker out."""
+        for old in self.links.values():
             if old.hello.worker_name == link.hello.worker_name:
-                log.warning("worker connected again; dropping its old connection", worker=old.label)
-                self._drop(old)
+                log.warning(
+                    "a worker of that name is already connected; refusing the newcomer",
+                    worker=link.label,
+                )
+                with contextlib.suppress(TransportError, OSError):
+                    link.conn.send(Stop(f"a worker named {link.hello.worker_name} is connected"))
+                link.conn.close()
+                self.admission.status.worker_state(link.index, "dead")
+                self.admission.release_index(link.index)
+                return
         self.links[link.index] = link
 
     def wait_for_workers(self, count: int, timeout_s: float | None = None) -> None:

@@ -157,6 +157,15 @@ def test_overwrite_replaces_the_earlier_run(tmp_path: Path) -> None:
     assert (out / "notes.txt").read_text() == "the user's own file\n"
 
 
+@pytest.mark.parametrize("typo", [["--model", "nanogtp"], ["--dataset", "char"]])
+def test_overwrite_with_a_typo_keeps_the_earlier_run(tmp_path: Path, typo: list[str]) -> None:
+    out = tmp_path / "run"
+    files = fake_run(out)
+    result = run_pcp("train", "--out", str(out), "--overwrite", *typo, *TINY)
+    assert result.returncode == 2 and "unknown" in result.stderr.lower(), result.stderr
+    assert {name: (out / name).read_text() for name in files} == files
+
+
 def test_empty_out_directory_is_fine(tmp_path: Path) -> None:
     out = tmp_path / "run"
     out.mkdir()
