@@ -10,7 +10,7 @@ costs per round and in memory as the number of workers grows.
   is the round's time minus the slowest worker's compute time (sending parameters,
   checking and fetching results, the outer step), and its peak RSS comes from the run
   summary. The model is small enough for 16 workers on a small machine, big enough that
-  the shepherd's seven copies' worth of it show.
+  the shepherd's nine copies' worth of it show.
 
 Writes benchmarks/results/faults.json and .md.
 

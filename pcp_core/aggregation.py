@@ -16,7 +16,8 @@ more than about 2^27, so it rounds to the same float32 mean whatever the order.
 Memory on the shepherd: the global parameters, the float64 sum (two copies' worth), the
 float32 mean, the outer optimizer's state (one copy for Nesterov), and
 `STAGING_BUFFERS` staging copies: seven model copies' worth with Nesterov, whatever the
-number of workers.
+number of workers; nine with the outer-step guard's copy of the parameters and momentum
+from before the last step (`pcp_core.step_guard`).
 """
 
 import math

@@ -148,3 +148,31 @@ def test_a_killed_supervisor_takes_its_worker_along(
     while alive(worker) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not alive(worker), "the worker outlived its SIGKILLed supervisor"
+
+
+def test_an_unreachable_shepherd_is_retried_past_max_restarts(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A lost shepherd is no crash: retried beyond max_restarts, until give_up_after_s."""
+    supervisor = Supervisor(
+        exiting_with(exit_codes.UNREACHABLE), max_restarts=1, backoff_s=0.01, give_up_after_s=1.0
+    )
+    assert supervisor.run() == exit_codes.UNREACHABLE
+    assert supervisor.restarts > 1
+    text = "".join(capsys.readouterr())
+    assert "crash loop" not in text and text.count("stayed out of reach") == 1, text
+
+
+def test_a_join_resets_the_crash_count() -> None:
+    """A worker that joined its shepherd before crashing was working: no crash loop."""
+    joins_then_crashes = [
+        sys.executable,
+        "-c",
+        "import os, sys; open(os.environ['PCP_JOINED_FILE'], 'ab').write(b'j'); sys.exit(1)",
+    ]
+    supervisor = Supervisor(joins_then_crashes, max_restarts=2, backoff_s=0.01)
+    stop_after = threading.Timer(2.0, supervisor.stop)
+    stop_after.start()
+    supervisor.run()
+    stop_after.cancel()
+    assert supervisor.restarts > 2
