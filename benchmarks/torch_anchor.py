@@ -1,0 +1,563 @@
+"""The anchor: PCP's nanoGPT train step in PyTorch, timed beside PCP's `xla` backend.
+
+What a GPU owner would write instead of PCP: the same model (pre-norm blocks, GELU
+tanh MLP, tied embeddings, LayerNorm eps 1e-5, no dropout) started from the very
+parameters `pcp_core.nanogpt.init` draws, with SDPA attention, fused AdamW (PCP's
+defaults: betas 0.9/0.99, eps 1e-8, weight decay 0.1 on matrices only, PCP's warmup +
+cosine schedule), global-norm clipping at 1.0 and bf16 autocast; run eagerly and
+through `torch.compile`. In the same process, on the same batches, PCP's `xla` backend
+runs its exported step (K steps a call). Each way is timed as K steps a call, the
+batch copied to the device and the losses read back at the call's end; the figure is
+the median ms a step after one warm-up call. The losses of every way are compared
+step by step with the first PCP row's: the comparison is of equal work.
+
+    python benchmarks/torch_anchor.py --quick            # CPU: the tiny model, f32
+    python benchmarks/torch_anchor.py --size gpt2-small --batch 8 16 --precision bf16
+
+FLOPs a step = tokens × (6 × parameters + 12 × layers × width × block); MFU is that
+over the time and `--peak-tflops` (H100 dense bf16: 989). Needs torch, which is no
+dependency of PCP: install it beside.
+"""
+
+import argparse
+import contextlib
+import functools
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+RESULTS = Path(__file__).parent / "results"
+H100_BF16_DENSE_TFLOPS = 989.0
+
+# PCP's `xla` step with the per-platform choices of the CUDA export (see pcp_core.nanogpt
+# and pcp_core.precision) on or off: "pcp" is the program as shipped today.
+XLA_VARIANTS: dict[str, dict[str, tuple[str, ...]] | None] = {
+    "pcp": None,  # as the modules say
+    "portable": {"attention": (), "forms": (), "weight_gradient": (), "bf16_outputs": ()},
+    "fused-attention": {
+        "attention": ("cuda",),
+        "forms": (),
+        "weight_gradient": (),
+        "bf16_outputs": (),
+    },
+    "bf16-outputs": {
+        "attention": ("cuda",),
+        "forms": ("cuda",),
+        "weight_gradient": ("cuda",),
+        "bf16_outputs": ("cuda",),
+    },
+}
+
+
+def flops_per_step(config: dict[str, int], parameters: int, batch: int) -> float:
+    layers, width, block = config["n_layer"], config["n_embd"], config["block_size"]
+    return batch * block * (6.0 * parameters + 12.0 * layers * width * block)
+
+
+def schedule(steps: int) -> list[float]:
+    """PCP's inner learning rate (InnerSettings defaults) for steps 0 .. steps-1."""
+    import jax
+
+    from pcp_core.optimizers import InnerSettings, learning_rate
+
+    with jax.default_device(jax.devices("cpu")[0]):
+        lr = learning_rate(InnerSettings())
+        return [float(lr(step)) for step in range(steps)]
+
+
+# --- the model in PyTorch ---------------------------------------------------------------
+
+
+def torch_model(config: dict[str, int], params: dict[str, np.ndarray], device: Any) -> Any:
+    """nanoGPT as PCP builds it, its weights copied from PCP's (matrices transposed:
+    PCP multiplies x @ W, torch's Linear x @ Wᵀ)."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    width, heads = config["n_embd"], config["n_head"]
+
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(width, eps=1e-5)
+            self.c_attn = nn.Linear(width, 3 * width)
+            self.c_proj = nn.Linear(width, width)
+            self.ln_2 = nn.LayerNorm(width, eps=1e-5)
+            self.c_fc = nn.Linear(width, 4 * width)
+            self.mlp_proj = nn.Linear(4 * width, width)
+
+        def forward(self, x: Any) -> Any:
+            batch, time, _ = x.shape
+            qkv = self.c_attn(self.ln_1(x)).view(batch, time, 3, heads, width // heads)
+            q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+            attended = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+            x = x + self.c_proj(attended.transpose(1, 2).reshape(batch, time, width))
+            return x + self.mlp_proj(F.gelu(self.c_fc(self.ln_2(x)), approximate="tanh"))
+
+    class GPT(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.wte = nn.Embedding(config["vocab_size"], width)
+            self.wpe = nn.Embedding(config["block_size"], width)
+            self.h = nn.ModuleList(Block() for _ in range(config["n_layer"]))
+            self.ln_f = nn.LayerNorm(width, eps=1e-5)
+
+        def forward(self, tokens: Any, targets: Any) -> Any:
+            positions = torch.arange(tokens.shape[1], device=tokens.device)
+            x = self.wte(tokens) + self.wpe(positions)
+            for block in self.h:
+                x = block(x)
+            logits = F.linear(self.ln_f(x), self.wte.weight)  # tied
+            return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
+
+    model = GPT()
+    renames = {"attn.c_attn": "c_attn", "attn.c_proj": "c_proj", "mlp.c_fc": "c_fc"}
+    renames["mlp.c_proj"] = "mlp_proj"
+    state = {}
+    for name, value in params.items():
+        for old, new in renames.items():
+            name = name.replace(old, new)
+        tensor = torch.from_numpy(np.ascontiguousarray(value))
+        if name in ("wte", "wpe"):
+            name += ".weight"
+        elif name.endswith(".weight") and value.ndim == 2:
+            tensor = tensor.T.contiguous()
+        state[name] = tensor
+    model.load_state_dict(state, strict=True)
+    return model.to(device)
+
+
+def torch_optimizer(model: Any, device: Any) -> Any:
+    """PCP's AdamW settings; fused where torch has a fused kernel for the device."""
+    import torch
+
+    from pcp_core.optimizers import InnerSettings
+
+    s = InnerSettings()
+    matrices = [p for p in model.parameters() if p.ndim >= 2]
+    others = [p for p in model.parameters() if p.ndim < 2]
+    groups = [
+        {"params": matrices, "weight_decay": s.weight_decay},
+        {"params": others, "weight_decay": 0.0},
+    ]
+    kwargs = {"lr": s.lr, "betas": (s.beta1, s.beta2), "eps": s.eps}
+    try:
+        return torch.optim.AdamW(groups, fused=True, **kwargs)
+    except (RuntimeError, ValueError):
+        return torch.optim.AdamW(groups, foreach=True, **kwargs)
+
+
+def run_torch(
+    way: str,
+    config: dict[str, int],
+    params: dict[str, np.ndarray],
+    batches: list[tuple[np.ndarray, np.ndarray]],
+    precision: str,
+    device_name: str,
+    profile: bool = False,
+) -> dict[str, Any]:
+    """`way` ("eager" or "compiled") over `batches`: ms a step of each call, losses;
+    with `profile`, the GPU kernels of one more call (see `kernel_table`)."""
+    import torch
+
+    from pcp_core.optimizers import InnerSettings
+
+    device = torch.device(device_name)
+    torch.manual_seed(0)
+    model = torch_model(config, params, device)
+    optimizer = torch_optimizer(model, device)
+    forward = torch.compile(model, dynamic=False) if way == "compiled" else model
+    k = len(batches[0][0])
+    rates = schedule(k * len(batches))
+    clip = InnerSettings().grad_clip
+    parameters = list(model.parameters())
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=precision == "bf16")
+
+    def step(x: Any, y: Any, lr: float) -> Any:
+        with autocast:
+            loss = forward(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(parameters, clip, foreach=True)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    times, losses = [], []
+    for call, (inputs, targets) in enumerate(batches):
+        synchronize(device)
+        started = time.perf_counter()
+        x = torch.from_numpy(inputs).to(device, torch.long, non_blocking=True)
+        y = torch.from_numpy(targets).to(device, torch.long, non_blocking=True)
+        call_losses = [step(x[i], y[i], rates[call * k + i]) for i in range(k)]
+        losses += torch.stack(call_losses).float().cpu().tolist()  # waits for the GPU
+        times.append((time.perf_counter() - started) / k)
+    peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
+    result = {"times": times, "losses": losses, "peak_memory_gb": round(peak / 2**30, 2)}
+    if profile:
+        inputs, targets = batches[-1]
+        x = torch.from_numpy(inputs).to(device, torch.long)
+        y = torch.from_numpy(targets).to(device, torch.long)
+        result["kernels"] = kernel_table(
+            lambda: torch.stack([step(x[i], y[i], rates[-1]) for i in range(k)]).cpu()
+        )
+    return result
+
+
+def kernel_table(call: Any, rows: int = 40) -> str | None:
+    """The GPU kernels that `call` ran, by total time, as torch's profiler (CUPTI) saw
+    them: it sees every kernel of the process, XLA's too. None without a CUDA GPU."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    if not torch.cuda.is_available():
+        return None
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as profiler:
+        call()
+        torch.cuda.synchronize()
+    return profiler.key_averages().table(sort_by="cuda_time_total", row_limit=rows)
+
+
+def synchronize(device: Any) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def release_torch() -> None:
+    import torch
+
+    gc.collect()
+    torch._dynamo.reset()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+
+# --- PCP's xla backend ------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def xla_variant(name: str) -> Iterator[None]:
+    """The CUDA export's per-platform choices as `XLA_VARIANTS[name]` says."""
+    from pcp_core import nanogpt, precision
+
+    where = {
+        "attention": (nanogpt, "FUSED_ATTENTION_PLATFORMS"),
+        "forms": (nanogpt, "XLA_FORM_PLATFORMS"),
+        "weight_gradient": (precision, "SINGLE_PRODUCT_PLATFORMS"),
+        "bf16_outputs": (precision, "BF16_OUTPUT_PLATFORMS"),
+    }
+    saved = {key: getattr(module, name) for key, (module, name) in where.items()}
+    for key, platforms in (XLA_VARIANTS[name] or {}).items():
+        setattr(*where[key], platforms)
+    try:
+        yield
+    finally:
+        for key, platforms in saved.items():
+            setattr(*where[key], platforms)
+
+
+def run_xla(
+    variant: str,
+    program: Any,
+    params: dict[str, np.ndarray],
+    batches: list[tuple[np.ndarray, np.ndarray]],
+    profile: bool = False,
+) -> dict[str, Any]:
+    """PCP's `xla` backend (the export for this machine's platform) over `batches`."""
+    from pcp_core import plugins
+
+    backend = plugins.host().backend("xla")
+    arch = backend.resolve_arch()
+    with xla_variant(variant):
+        started = time.perf_counter()
+        artifact = backend.runner().build(program, backend, arch).data
+        executor = backend.runner().open(artifact, backend, program, None)
+        build_s = time.perf_counter() - started
+    initial = list(params.values())
+    executor.set_params(initial)
+    executor.set_opt_state(program.init_opt_state(initial))
+    times, losses = [], []
+    k = program.steps_per_call
+    for inputs, targets in batches:
+        started = time.perf_counter()
+        losses += [float(v) for v in executor.run(inputs, targets)]  # waits for the device
+        times.append((time.perf_counter() - started) / k)
+    peak = xla_peak_memory(executor.device)
+    kernels = None
+    if profile:
+        inputs, targets = batches[-1]
+        kernels = kernel_table(functools.partial(executor.run, inputs, targets))
+    executor = None  # its device state goes before the next program is built
+    gc.collect()
+    return {
+        "kernels": kernels,
+        "times": times,
+        "losses": losses,
+        "build_and_compile_s": round(build_s, 1),
+        "artifact_bytes": len(artifact),
+        "uses_cudnn_attention": uses_cudnn_attention(artifact),
+        "peak_memory_gb": peak,
+    }
+
+
+def uses_cudnn_attention(artifact: bytes) -> bool:
+    """Whether the exported step calls cuDNN's fused attention."""
+    import jax
+
+    return "__cudnn$fmha" in jax.export.deserialize(bytearray(artifact)).mlir_module()
+
+
+def xla_peak_memory(device: Any) -> float | None:
+    stats = device.memory_stats() if hasattr(device, "memory_stats") else None
+    if not stats or "peak_bytes_in_use" not in stats:
+        return None
+    return round(stats["peak_bytes_in_use"] / 2**30, 2)
+
+
+# --- the comparison ---------------------------------------------------------------------
+
+
+def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
+    """Every way at every batch size: PyTorch first, then PCP (jax keeps what it took of
+    the GPU's memory; torch gives its cache back)."""
+    import pcp_adamw
+
+    from pcp_core import nanogpt
+    from pcp_core.optimizers import InnerSettings
+    from pcp_core.program import build_train_program
+
+    size = size_of(args)
+    vocab = size.get("vocab_size", corpus.vocab_size)
+    config = nanogpt.MODEL.config({**size["model"], "vocab_size": vocab})
+    params = nanogpt.init(config, 0)
+    parameters = int(sum(p.size for p in params.values()))
+    k = args.steps_per_call
+    runs: dict[int, list[tuple[str, dict[str, Any]]]] = {batch: [] for batch in args.batch}
+    batches = {
+        batch: [
+            corpus.batches("train", k, batch, config["block_size"], (0, call))
+            for call in range(args.calls + 1)
+        ]
+        for batch in args.batch
+    }
+    for batch in args.batch:
+        for way in args.torch:
+            print(f"batch {batch}: torch {way}", flush=True)
+            run = run_torch(
+                way,
+                config,
+                params,
+                batches[batch],
+                args.precision,
+                args.torch_device,
+                profile=args.profile and way == "compiled",
+            )
+            runs[batch].append((f"torch {way}", run))
+            release_torch()  # the model and optimizer went with run_torch's frame
+    for batch in args.batch:
+        if not args.xla:
+            continue
+        program = build_train_program(
+            nanogpt.MODEL,
+            config,
+            pcp_adamw.build(InnerSettings()),
+            steps_per_call=k,
+            batch_size=batch,
+            precision=args.precision,
+        )
+        for variant in args.xla:
+            name = "pcp xla" if variant == "pcp" else f"pcp xla ({variant})"
+            print(f"batch {batch}: {name}", flush=True)
+            run = run_xla(variant, program, params, batches[batch], profile=args.profile)
+            runs[batch].append((name, run))
+        del program
+        gc.collect()
+    return [
+        row
+        for batch in args.batch
+        for row in rows_of(
+            args,
+            runs[batch],
+            batch,
+            flops_per_step(config, parameters, batch),
+            config["block_size"],
+        )
+    ]
+
+
+def rows_of(
+    args: argparse.Namespace,
+    runs: list[tuple[str, dict[str, Any]]],
+    batch: int,
+    flops: float,
+    block: int,
+) -> list[dict[str, Any]]:
+    """One row a way; losses compared with the first PCP way's (else the first way's)."""
+    k = args.steps_per_call
+    reference_name, reference = next(((n, r) for n, r in runs if n.startswith("pcp")), runs[0])
+    rows = []
+    for name, run in runs:
+        ms = statistics.median(run["times"][1:]) * 1e3  # call 0 warms up (and compiles)
+        difference = np.abs(np.array(run["losses"]) - np.array(reference["losses"]))
+        row = {
+            "what": name,
+            "batch_size": batch,
+            "precision": args.precision,
+            "steps_per_call": k,
+            "ms_per_step": round(ms, 2),
+            "ms_per_step_each_call": [round(t * 1e3, 2) for t in run["times"]],
+            "tokens_per_s": round(batch * block / (ms / 1e3)),
+            "tflops": round(flops / (ms / 1e3) / 1e12, 1),
+            "first_loss": run["losses"][0],
+            "last_loss": run["losses"][-1],
+            "loss_reference": reference_name,
+            "loss_max_abs_difference": float(difference.max()),
+            "losses": run["losses"],
+        }
+        if args.peak_tflops:
+            row["mfu"] = round(flops / (ms / 1e3) / (args.peak_tflops * 1e12), 4)
+        row |= {k: v for k, v in run.items() if k not in ("times", "losses", "kernels")}
+        if run.get("kernels"):
+            kernels = args.results / f"{args.stem}_kernels.txt"
+            kernels.parent.mkdir(parents=True, exist_ok=True)
+            with kernels.open("a") as out:
+                out.write(f"{name}, batch {batch}, {k} steps:\n{run['kernels']}\n\n")
+        print(json.dumps({k: v for k, v in row.items() if k != "losses"}), flush=True)
+        rows.append(row)
+    return rows
+
+
+def size_of(args: argparse.Namespace) -> dict[str, Any]:
+    from step_time import SIZES
+
+    return SIZES[args.size]
+
+
+def check_losses(rows: list[dict[str, Any]], tolerance: float) -> list[str]:
+    """What went wrong: a loss that did not fall, or one further than `tolerance`
+    (relative, on the last step) from the reference's."""
+    problems = []
+    for row in rows:
+        if not row["last_loss"] < row["first_loss"]:
+            problems.append(f"{row['what']} batch {row['batch_size']}: the loss did not fall")
+        reference = next(
+            r["last_loss"]
+            for r in rows
+            if r["what"] == row["loss_reference"] and r["batch_size"] == row["batch_size"]
+        )
+        if abs(row["last_loss"] - reference) > tolerance * abs(reference):
+            problems.append(
+                f"{row['what']} batch {row['batch_size']}: last loss {row['last_loss']:.4f}, "
+                f"{row['loss_reference']} {reference:.4f}"
+            )
+    return problems
+
+
+def machine() -> dict[str, Any]:
+    import jax
+    import torch
+
+    info = {
+        "machine": platform.machine(),
+        "python": platform.python_version(),
+        "jax": jax.__version__,
+        "torch": torch.__version__,
+        "jax_device": str(jax.devices()[0].device_kind),
+    }
+    if torch.cuda.is_available():
+        info["torch_device"] = torch.cuda.get_device_name()
+    return info
+
+
+def write_results(results: Path, stem: str, info: dict, rows: list[dict], command: str) -> None:
+    results.mkdir(parents=True, exist_ok=True)
+    body = {"machine": info, "command": command, "rows": rows}
+    (results / f"{stem}.json").write_text(json.dumps(body, indent=2) + "\n")
+    mfu = any("mfu" in r for r in rows)
+    device = info.get("torch_device") or info["jax_device"]
+    lines = [
+        f"PCP's nanoGPT train step against the PyTorch anchor on {device} (jax {info['jax']}, "
+        f"torch {info['torch']}): ms per step, median after one warm-up call\n",
+        f"    {command}\n",
+        "| what | batch | precision | ms/step | tokens/s | TFLOP/s |"
+        + (" MFU |" if mfu else "")
+        + " loss first → last | max |Δloss| vs PCP |",
+        "|---|---|---|---|---|---|" + ("---|" if mfu else "") + "---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['what']} | {r['batch_size']} | {r['precision']} | {r['ms_per_step']} "
+            f"| {r['tokens_per_s']:,} | {r['tflops']} |"
+            + (f" {r['mfu']:.1%} |" if mfu else "")
+            + f" {r['first_loss']:.4f} → {r['last_loss']:.4f}"
+            + f" | {r['loss_max_abs_difference']:.2e} |"
+        )
+    (results / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines), flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="the tiny model on the CPU, f32")
+    parser.add_argument("--size", default="gpt2-small", help="a size of step_time.SIZES")
+    parser.add_argument("--batch", type=int, nargs="+", default=[8, 16])
+    parser.add_argument("--precision", choices=["f32", "bf16"], default="bf16")
+    parser.add_argument("--steps-per-call", type=int, default=4)
+    parser.add_argument("--calls", type=int, default=5, help="timed calls (after one warm-up)")
+    parser.add_argument(
+        "--torch", nargs="*", choices=["eager", "compiled"], default=["eager", "compiled"]
+    )
+    parser.add_argument("--xla", nargs="*", choices=list(XLA_VARIANTS), default=["pcp"])
+    parser.add_argument("--torch-device", default=None, help="default: cuda if torch has it")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="default: H100's on one")
+    parser.add_argument("--profile", action="store_true", help="kernel tables (CUDA only)")
+    parser.add_argument("--loss-tolerance", type=float, default=0.05)
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--stem", default="torch_anchor")
+    args = parser.parse_args()
+    # jax and torch share the GPU: jax must not take 75% of it up front
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    import torch
+
+    from pcp_core import data
+
+    if args.quick:
+        args.size, args.batch, args.precision = "default", [4], "f32"
+        args.steps_per_call, args.calls = 2, 3
+    if args.torch_device is None:
+        args.torch_device = "cuda" if torch.cuda.is_available() else "cpu"
+    if args.precision == "f32":
+        torch.backends.cuda.matmul.allow_tf32 = False  # PCP's f32 is full f32
+        torch.backends.cudnn.allow_tf32 = False
+    if args.peak_tflops is None and "H100" in machine().get("torch_device", ""):
+        args.peak_tflops = H100_BF16_DENSE_TFLOPS
+    command = "python benchmarks/torch_anchor.py " + " ".join(sys.argv[1:])
+    corpus = data.load_text_file(None)
+    info = machine()
+    rows = measure(args, corpus)
+    write_results(args.results, args.stem, info, rows, command)
+    problems = check_losses(rows, args.loss_tolerance)
+    for problem in problems:
+        print("LOSS CHECK:", problem, flush=True)
+    sys.exit(1 if problems else 0)
+
+
+if __name__ == "__main__":
+    main()
