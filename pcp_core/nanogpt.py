@@ -9,8 +9,26 @@ import functools
 import math
 from collections.abc import Mapping
 
+import structlog
+
 from pcp_core import precision as precisions
 from pcp_core.models import Model, Params
+from pcp_core.program import export_platform
+
+log = structlog.get_logger(__name__)
+
+# Platforms whose exported program (XLA's) computes attention with cuDNN's fused kernel
+# under `bf16` (flash attention: the [time, time] scores never reach memory); the
+# portable form stays for IREE, for f32, and where jax finds no cuDNN while exporting.
+FUSED_ATTENTION_PLATFORMS: tuple[str, ...] = ("cuda",)
+# Platforms whose exported program takes the forms XLA compiles well where IREE needed
+# others: one-hot matrices made by comparing with an iota rather than by a scatter (see
+# `_embedding`), the cross-entropy's gradient recomputed from the logits in one pass
+# (see `_cross_entropy_in_one_pass`), and bias gradients as plain sums (see
+# `_column_sum`). The same numbers in other forms, and no atomics: a step on the GPU
+# gives the same bits each time (the conformance suite checks it).
+# benchmarks/torch_anchor.py empties these to time the portable program through XLA.
+XLA_FORM_PLATFORMS: tuple[str, ...] = ("cuda",)
 
 DEFAULTS = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 64, "vocab_size": 256}
 
@@ -88,6 +106,8 @@ def _column_sum(g):
     the same time and XLA 0.2 ms less a step.
     """
     width = g.shape[-1]
+    if export_platform() in XLA_FORM_PLATFORMS:  # XLA fuses a plain sum with its producer
+        return g.reshape(-1, width).sum(axis=0)
     flat = g.reshape(-1)
     while flat.size // width > COLUMN_SUM_LAST and (flat.size // width) % COLUMN_SUM_FOLD == 0:
         flat = flat.reshape(COLUMN_SUM_FOLD, -1).sum(axis=0)
@@ -150,13 +170,14 @@ def _gelu(precision: str):
     import jax.numpy as jnp
 
     def value(x):
-        return 0.5 * x * (1.0 + jnp.tanh(GELU_C * (x + 0.044715 * (x * x * x))))
+        y = x.astype(jnp.float32)  # (a bf16 product's output is computed in float32)
+        return (0.5 * y * (1.0 + jnp.tanh(GELU_C * (y + 0.044715 * (y * y * y))))).astype(x.dtype)
 
     def backward(x, g):
         x = x.astype(jnp.float32)
         t = jnp.tanh(GELU_C * (x + 0.044715 * (x * x * x)))
         slope = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_C * (1.0 + 3 * 0.044715 * x * x)
-        return (g * slope,)
+        return ((g * slope).astype(g.dtype),)
 
     gelu = jax.custom_vjp(value)
     gelu.defvjp(lambda x: (value(x), precisions.stored(x, precision)), backward)
@@ -167,9 +188,16 @@ def _gelu(precision: str):
 def _add_bias():
     """`x + bias` for [..., width] x and a [width] bias (see `_column_sum`)."""
     import jax
+    import jax.numpy as jnp
 
-    add_bias = jax.custom_vjp(lambda x, bias: x + bias)
-    add_bias.defvjp(lambda x, bias: (x + bias, None), lambda _, g: (g, _column_sum(g)))
+    def add(x, bias):
+        return x + bias.astype(x.dtype)  # a bf16 product's output stays bf16
+
+    add_bias = jax.custom_vjp(add)
+    add_bias.defvjp(
+        lambda x, bias: (add(x, bias), None),
+        lambda _, g: (g, _column_sum(g.astype(jnp.float32))),
+    )
     return add_bias
 
 
@@ -220,13 +248,45 @@ def _attention(config: Mapping[str, int], params: Params, prefix: str, x, precis
 
     batch, time, width = x.shape
     heads = config["n_head"]
-    q, k, v = _split_heads(heads)(_dense(params, prefix + "c_attn", x, precision))
-    scores = matmul(q, k.transpose(0, 1, 3, 2)) * (1.0 / math.sqrt(width // heads))
+    qkv = _dense(params, prefix + "c_attn", x, precision)
+    if precision == "bf16" and export_platform() in FUSED_ATTENTION_PLATFORMS:
+        fused = _fused_attention(qkv, heads)
+        if fused is not None:
+            return _dense(params, prefix + "c_proj", fused, precision)
+    q, k, v = _split_heads(heads)(qkv)
+    scores = matmul(q, k.transpose(0, 1, 3, 2)).astype(jnp.float32)
+    scores = scores * (1.0 / math.sqrt(width // heads))
     causal = jnp.tril(jnp.ones((time, time), dtype=bool))
     scores = jnp.where(causal, scores, jnp.finfo(scores.dtype).min)
     out = matmul(jax.nn.softmax(scores, axis=-1), v)
     out = out.transpose(0, 2, 1, 3).reshape(batch, time, width)
     return _dense(params, prefix + "c_proj", out, precision)
+
+
+def _fused_attention(qkv, heads: int):
+    """Causal softmax(q·kᵀ/√d)·v of [batch, time, 3 · width] `qkv` by cuDNN (bf16 inputs,
+    float32 out), or None where jax finds no cuDNN to trace it for.
+
+    cuDNN takes [batch, time, heads, head width] as it is, so q, k and v are views of
+    `qkv` with no transpose, and the output is the rows `c_proj` reads.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    batch, time, width3 = qkv.shape
+    stacked = qkv.astype(jnp.bfloat16).reshape(batch, time, 3, heads, width3 // (3 * heads))
+    q, k, v = stacked[:, :, 0], stacked[:, :, 1], stacked[:, :, 2]
+    try:
+        out = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+    except (RuntimeError, NotImplementedError) as error:
+        _no_fused_attention(str(error))
+        return None
+    return out.astype(qkv.dtype).reshape(batch, time, width3 // 3)
+
+
+@functools.cache
+def _no_fused_attention(reason: str) -> None:
+    log.warning("no cuDNN attention here; exporting the portable form", reason=reason)
 
 
 def _one_hot_add(base, indices, value: float):
@@ -243,14 +303,17 @@ def _one_hot_add(base, indices, value: float):
 
 
 @functools.cache
-def _embedding(precision: str):
+def _embedding(precision: str, by_comparison: bool = False):
     """`wte[tokens]`, whose gradient is the product one_hot(tokens)ᵀ · g.
 
     Autodiff of the gather gives a scatter-add of every position's row into the few
     rows of `wte`: with repeated tokens IREE serialises it on GPU targets, where it was
     28% of a GPT step. As a product it runs on the matrix units like any other; its
     cost is that of one output-head product, and the one-hot matrix is the size of the
-    logits the output head already makes.
+    logits the output head already makes. XLA runs the scatter-add fast, but with
+    atomics, so two runs would differ in the last bits; the product keeps a step
+    reproducible. `by_comparison` (XLA's form) makes the one-hot by comparing with an
+    iota, in one pass that writes it in the product's input dtype.
     """
     import jax
     import jax.numpy as jnp
@@ -262,7 +325,11 @@ def _embedding(precision: str):
     def backward(residuals, g):
         tokens, vocab = residuals
         rows = tokens.reshape(-1)
-        one_hot = _one_hot_add(jnp.zeros((rows.size, vocab), jnp.float32), rows, 1.0)
+        if by_comparison:
+            vocab_index = jax.lax.broadcasted_iota(jnp.int32, (rows.size, vocab), 1)
+            one_hot = (vocab_index == rows[:, None]).astype(jnp.float32)
+        else:
+            one_hot = _one_hot_add(jnp.zeros((rows.size, vocab), jnp.float32), rows, 1.0)
         grad = precisions.weight_gradient(one_hot, g.reshape(rows.size, -1), precision)
         return grad, np.zeros(tokens.shape, jax.dtypes.float0)
 
@@ -273,7 +340,8 @@ def _embedding(precision: str):
 
 def logits(config: Mapping[str, int], params: Params, tokens, precision: str = "f32"):
     time = tokens.shape[1]
-    x = _embedding(precision)(params["wte"], tokens) + params["wpe"][:time]
+    by_comparison = export_platform() in XLA_FORM_PLATFORMS
+    x = _embedding(precision, by_comparison)(params["wte"], tokens) + params["wpe"][:time]
     for i in range(config["n_layer"]):
         p = f"h.{i}."
         h = _layer_norm()(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"])
@@ -313,9 +381,44 @@ def _cross_entropy():
     return cross_entropy
 
 
+@functools.cache
+def _cross_entropy_in_one_pass():
+    """`_cross_entropy` as XLA computes it best: the backward pass recomputes the
+    softmax from the logits (kept anyway: a product wrote them) and the log of its sum,
+    and marks the targets by comparing with an iota, so exp, the one-hot and the
+    scaling are one elementwise pass that writes the gradient in the logits' dtype.
+    The scatter of `_cross_entropy` split that pass in three around it, and its kept
+    `shifted` logits were one more logits-sized tensor written and read back.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    def forward(logits, targets):
+        x = logits.astype(jnp.float32)
+        top = jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
+        log_total = top + jnp.log(jnp.sum(jnp.exp(x - top), axis=-1, keepdims=True))
+        picked = jnp.take_along_axis(x, targets[..., None], axis=-1)
+        return jnp.mean(log_total - picked), (logits, log_total, targets)
+
+    def backward(residuals, g):
+        logits, log_total, targets = residuals
+        probabilities = jnp.exp(logits.astype(jnp.float32) - log_total)
+        vocab = jax.lax.broadcasted_iota(jnp.int32, logits.shape, logits.ndim - 1)
+        grad = jnp.where(vocab == targets[..., None], probabilities - 1.0, probabilities)
+        grad = (grad * (g / targets.size)).astype(logits.dtype)
+        return grad, np.zeros(targets.shape, jax.dtypes.float0)
+
+    cross_entropy = jax.custom_vjp(lambda logits, targets: forward(logits, targets)[0])
+    cross_entropy.defvjp(forward, backward)
+    return cross_entropy
+
+
 def loss(config: Mapping[str, int], params: Params, tokens, targets, precision: str = "f32"):
     """Mean cross-entropy of next-character prediction."""
-    return _cross_entropy()(logits(config, params, tokens, precision), targets)
+    in_one_pass = export_platform() in XLA_FORM_PLATFORMS
+    cross_entropy = _cross_entropy_in_one_pass() if in_one_pass else _cross_entropy()
+    return cross_entropy(logits(config, params, tokens, precision), targets)
 
 
 MODEL = Model(

@@ -5,8 +5,10 @@ order, so the compiled program can keep them on the device between calls and bot
 ends of a wire agree on what each tensor is.
 """
 
+import contextlib
+import contextvars
 import functools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,41 @@ from pcp_core.models import Model
 from pcp_core.optimizers import GradientTransformation
 
 ENTRY_FUNCTION = "main"
+
+# The platform a program is being exported for while its step is traced (see
+# `export_platform`); None while the portable program (the StableHLO IREE compiles and
+# `jax_step`) is traced.
+_EXPORT_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "pcp_export_platform", default=None
+)
+
+# Custom calls that a program exported for a platform may hold although jax does not
+# promise them stable across versions: cuDNN's fused attention (see nanogpt's
+# `_attention`). Both ends run the same jax on that platform (see pcp-xla's join check).
+PLATFORM_CUSTOM_CALLS = {
+    "cuda": ("__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxBackward"),
+}
+
+
+def export_platform() -> str | None:
+    """The jax platform ("cuda", "cpu", ...) the step being traced is exported for, or
+    None for the portable program.
+
+    A model reads it to choose a platform's own kernel where that platform has one (a
+    fused attention on CUDA) while staying one definition: the StableHLO that IREE
+    compiles, and `TrainProgram.jax_step`, are traced with None and keep the portable form.
+    """
+    return _EXPORT_PLATFORM.get()
+
+
+@contextlib.contextmanager
+def exporting_for(platform: str | None) -> Iterator[None]:
+    """Trace inside this block as `TrainProgram.export(platform)` does (see `export_platform`)."""
+    token = _EXPORT_PLATFORM.set(platform)
+    try:
+        yield
+    finally:
+        _EXPORT_PLATFORM.reset(token)
 
 
 @dataclass(frozen=True)
@@ -252,8 +289,22 @@ def _exported(
         return without_locations(exported_unrolled.mlir_module())
 
     def export_for(platform: str) -> Any:
-        with jax.default_matmul_precision("highest" if precision == "f32" else None):
-            return jax.export.export(jitted, platforms=(platform,))(*arguments)
+        def step_for_platform(*args: Any) -> Any:
+            # a function of its own, so jax traces it anew rather than reuse the
+            # portable trace of `jitted`: the model may choose per platform here
+            return step(*args)
+
+        allowed = [
+            jax.export.DisabledSafetyCheck.custom_call(target)
+            for target in PLATFORM_CUSTOM_CALLS.get(platform, ())
+        ]
+        with (
+            exporting_for(platform),
+            jax.default_matmul_precision("highest" if precision == "f32" else None),
+        ):
+            return jax.export.export(
+                jax.jit(step_for_platform), platforms=(platform,), disabled_checks=allowed
+            )(*arguments)
 
     steps_per_call, batch_size, block_size = batch_shape
     return TrainProgram(

@@ -19,7 +19,7 @@ import numpy as np
 from pcp_core.backends import Artifact, Backend
 from pcp_core.compiler import CompileError
 from pcp_core.executor import DeviceError
-from pcp_core.program import TensorSpec, conforming
+from pcp_core.program import PLATFORM_CUSTOM_CALLS, TensorSpec, conforming
 
 KIND = "xla-export"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # what jax.export lowers for
@@ -106,6 +106,12 @@ class XlaRuntime:
             return (
                 f"the shepherd's jax {jax.__version__} exports calling convention "
                 f"{convention}; {theirs} runs {lowest}..{highest}: install jax=={jax.__version__}"
+            )
+        if PLATFORM_CUSTOM_CALLS.get(arch) and report.get("jax") != jax.__version__:
+            return (
+                f"the shepherd's {arch} program may call cuDNN's fused attention, whose "
+                f"interface jax keeps for one version only; {theirs} is not the shepherd's "
+                f"{jax.__version__}: install jax=={jax.__version__}"
             )
         readable = report.get("stablehlo")
         if readable and stablehlo > _version(str(readable)):

@@ -82,3 +82,10 @@ def test_an_unknown_platform_or_another_machines_artifact_is_one_line() -> None:
     artifact = XLA.build(program, BACKEND, OTHER)
     with pytest.raises(DeviceError, match=f"built for {OTHER}, but this jaxlib runs on"):
         XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
+
+
+def test_a_cuda_worker_must_run_the_shepherds_jax() -> None:
+    """The CUDA step may call cuDNN's attention, which jax keeps for one version only."""
+    theirs = report(platform="cuda", jax="0.0.1")
+    assert "install jax==" in (XLA.refusal(BACKEND, "cuda", theirs) or "")
+    assert XLA.refusal(BACKEND, "cuda", report(platform="cuda")) is None
