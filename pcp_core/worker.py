@@ -190,30 +190,27 @@ class InnerState:
     after_round: int | None = None  # None: the fresh state from the Setup
 
     def prepare(self, round_index: int) -> None:
-        """Make the executor hold the state round `round_index` starts from, if saved;
-        say so where it cannot (the run then leaves the trajectory it would have had)."""
+        """Make the executor hold the state round `round_index` starts from, if saved.
+        A worker that missed rounds goes on from its own last state, as DiLoCo's workers
+        do; but where it ran later rounds and the state before this one is gone (pruned,
+        or damaged), a warning says the run leaves the trajectory it would have had."""
         if self.after_round == round_index - 1:
             return
         saved = self.store.load(self.run_id, before_round=round_index)
+        newest = self.store.newest_round(self.run_id)
+        lost = newest is not None and newest >= round_index
+        if lost and (saved is None or saved[0] != round_index - 1):
+            log.warning(
+                "the inner state this round started from is gone; it starts from "
+                + ("a fresh one" if saved is None else "an older one")
+                + ", so the run is no longer the one it would have been",
+                round=round_index,
+            )
         if saved is None:
-            if self.after_round is not None or self.store.holds(self.run_id):
-                log.warning(
-                    "no saved inner state for this round; it starts from a fresh inner "
-                    "optimizer state, so the run is no longer the one it would have been",
-                    round=round_index,
-                )
             return
         self.after_round, arrays = saved
         self.session.executor.set_opt_state(arrays)
-        if self.after_round != round_index - 1:
-            log.warning(
-                "the inner state saved for this round is gone; it starts from an older "
-                "one, so the run is no longer the one it would have been",
-                round=round_index,
-                after_round=self.after_round,
-            )
-        else:
-            log.info("inner state restored", after_round=self.after_round, for_round=round_index)
+        log.info("inner state restored", after_round=self.after_round, for_round=round_index)
 
     def finished(self, round_index: int) -> None:
         self.after_round = round_index

@@ -76,9 +76,10 @@ class InnerStateStore:
         for old in same_run[: -max(keep, 1)]:
             old.unlink(missing_ok=True)
 
-    def holds(self, run_id: str) -> bool:
-        """Whether any state of `run_id` is saved here."""
-        return any(self._meta(path).get("run_id") == run_id for path in self._files())
+    def newest_round(self, run_id: str) -> int | None:
+        """The last round of `run_id` with a state saved here, or None."""
+        rounds = [m["round"] for m in map(self._meta, self._files()) if m.get("run_id") == run_id]
+        return max(rounds, default=None)
 
     def forget(self, round_index: int) -> None:
         self._path(round_index).unlink(missing_ok=True)

@@ -243,3 +243,41 @@ def test_metrics_stay_valid_json(tmp_path) -> None:
         '{"round": 0, "loss": null, "worker_losses": {"0": null}}',
         '{"round": 1, "loss": 1.25}',
     ]
+
+
+class StateOnly:
+    """An executor that holds an optimizer state and nothing else."""
+
+    def __init__(self) -> None:
+        self.state = [np.zeros(2, np.float32)]
+
+    def set_opt_state(self, arrays: list[np.ndarray]) -> None:
+        self.state = arrays
+
+    def opt_state(self) -> list[np.ndarray]:
+        return self.state
+
+
+@pytest.mark.parametrize(
+    ("keep", "asked", "says"),
+    [
+        (6, 3, "inner state restored"),  # kept back to the checkpoint: exact
+        (2, 3, "is gone; it starts from a fresh one"),  # pruned: said, not silent
+        (2, 9, "inner state restored"),  # a worker that missed rounds goes on from its last
+    ],
+)
+def test_a_lost_inner_state_is_said(tmp_path, keep: int, asked: int, says: str) -> None:
+    from structlog.testing import capture_logs
+
+    from pcp_core.worker import InnerState, WorkerSession
+
+    executor = StateOnly()
+    session = WorkerSession(0, executor, None, {"inner_states_kept": keep})
+    inner = InnerState(session, InnerStateStore(tmp_path), "run")
+    for round_index in range(6):
+        executor.state = [np.full(2, round_index, np.float32)]
+        inner.finished(round_index)
+    inner.after_round = None  # a restarted worker
+    with capture_logs() as logs:
+        inner.prepare(asked)
+    assert any(says in entry["event"] for entry in logs), logs
