@@ -160,9 +160,8 @@ def prepare(
     evaluation_bytes = (
         8 * config.eval_batches * config.batch_size * model_config.get("block_size", 1)
     )
-    backends = [plugins.backend(name) for name in (config.backend,) if trainers is None] + [
-        plugins.backend(name) for name in trainers or []
-    ]
+    trainer_names = [config.backend] if trainers is None else trainers
+    backends = [plugins.backend(name) for name in trainer_names]
     require_memory(footprint, backends, shepherd, evaluation_bytes)
     program = build_train_program(
         model,

@@ -168,6 +168,29 @@ def test_diverging_run_stops_loudly(e2e: Any, tiny: tuple[str, ...], tmp_path: P
         assert all(np.isfinite(array).all() for array in params.values())
 
 
+def start_supervised_run(
+    e2e: Any, token_file: Path, tmp_path: Path, out: Path, settings: tuple[str, ...]
+) -> tuple[Any, tuple[str, ...]]:
+    """A shepherd on a free port writing to `out` and two supervised workers with their
+    own state folders; returns the shepherd's process and its arguments (without
+    --out), for a test that kills and resumes it."""
+    port = e2e.free_port()
+    address = f"127.0.0.1:{port}"
+    e2e.own(address)
+    shepherd_args = (
+        *("shepherd", "--backend", "cpu", "--workers", "2", "--port", str(port)),
+        *("--token-file", str(token_file), *settings),
+    )
+    shepherd = e2e.pcp("shepherd", *shepherd_args, "--out", str(out))
+    for i in range(2):
+        e2e.pcp(
+            f"worker-{i}",
+            *("worker", "--connect", address, "--token-file", str(token_file)),
+            *("--state-dir", str(tmp_path / f"state-{i}")),
+        )
+    return shepherd, shepherd_args
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("checkpoint_every", ["1", "5"])
 def test_killed_shepherd_resumes_on_the_same_trajectory(
@@ -185,21 +208,8 @@ def test_killed_shepherd_resumes_on_the_same_trajectory(
     )
     assert reference.process.returncode == 0, reference.output()[-3000:]
 
-    port = e2e.free_port()
-    address = f"127.0.0.1:{port}"
-    e2e.own(address)
     out = tmp_path / "run"
-    shepherd_args = (
-        *("shepherd", "--backend", "cpu", "--workers", "2", "--port", str(port)),
-        *("--token-file", str(token_file), *settings),
-    )
-    first = e2e.pcp("shepherd", *shepherd_args, "--out", str(out))
-    for i in range(2):
-        e2e.pcp(
-            f"worker-{i}",
-            *("worker", "--connect", address, "--token-file", str(token_file)),
-            *("--state-dir", str(tmp_path / f"state-{i}")),
-        )
+    first, shepherd_args = start_supervised_run(e2e, token_file, tmp_path, out, settings)
     e2e.wait_for(lambda: len(e2e.metrics(out)) >= 8, 240, "8 rounds")
     os.kill(first.pid, signal.SIGKILL)
     first.wait(10)

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from .test_faults import finished
+from .test_faults import finished, start_supervised_run
 from .test_network_faults import TIMEOUT, rounds_after, start_run, stop_shepherd
 
 pytestmark = pytest.mark.slow
@@ -26,22 +26,9 @@ def test_workers_wait_out_a_shepherd_down_for_three_minutes(
 ) -> None:
     """kill -9 the shepherd, keep it down for 3 minutes (a reboot), start it again with
     --resume: both supervised workers are still there, rejoin, and the run ends."""
-    port = e2e.free_port()
-    address = f"127.0.0.1:{port}"
-    e2e.own(address)
     out = tmp_path / "run"
-    shepherd_args = (
-        *("shepherd", "--backend", "cpu", "--workers", "2", "--port", str(port)),
-        *("--token-file", str(token_file), "--steps", "200", "--inner-steps", "10"),
-        *("--eval-every", "0", *tiny),
-    )
-    first = e2e.pcp("shepherd", *shepherd_args, "--out", str(out))
-    for i in range(2):
-        e2e.pcp(
-            f"worker-{i}",
-            *("worker", "--connect", address, "--token-file", str(token_file)),
-            *("--state-dir", str(tmp_path / f"state-{i}")),
-        )
+    settings = ("--steps", "200", "--inner-steps", "10", "--eval-every", "0", *tiny)
+    first, shepherd_args = start_supervised_run(e2e, token_file, tmp_path, out, settings)
     e2e.wait_for(lambda: len(e2e.metrics(out)) >= 3, 240, "3 rounds")
     os.kill(first.pid, signal.SIGKILL)
     first.wait(10)
