@@ -267,7 +267,7 @@ def scaffold(session: nox.Session) -> None:
     """`pcp plugin new` of every kind, installed with pcp-core, each passing its tests."""
     session.install(str(ROOT), *standard_plugins())
     kinds = session.run(
-        "python", "-c", "from pcp_core.scaffold import KINDS; print(*KINDS)", silent=True
+        "python", "-c", "from pcp_core.cli.scaffold import KINDS; print(*KINDS)", silent=True
     ).split()
     workspace = Path(tempfile.mkdtemp())
     session.chdir(workspace)

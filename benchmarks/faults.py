@@ -28,7 +28,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pcp_core.supervisor import STABLE_S
+from pcp_core.worker.supervisor import STABLE_S
 
 RESULTS = Path(__file__).parent / "results"
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "64", "--block-size", "32"]

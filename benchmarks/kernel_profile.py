@@ -27,8 +27,10 @@ MATMUL = re.compile(r"_(?:batch_)?matmul(?:_like)?_((?:\d+x)+\d+)_")
 def run(args: argparse.Namespace) -> None:
     import step_time
 
-    from pcp_core import data, nanogpt, plugins
-    from pcp_core.executor import IreeExecutor
+    from pcp_core import plugins
+    from pcp_core.data import text as data
+    from pcp_core.iree.executor import IreeExecutor
+    from pcp_core.program import nanogpt
 
     backend = plugins.host().backend(args.backend)
     corpus = data.load_text_file(None)

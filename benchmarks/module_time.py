@@ -35,8 +35,10 @@ def child(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(HERE))
     import step_time
 
-    from pcp_core import data, nanogpt, plugins
-    from pcp_core.executor import IreeExecutor
+    from pcp_core import plugins
+    from pcp_core.data import text as data
+    from pcp_core.iree.executor import IreeExecutor
+    from pcp_core.program import nanogpt
 
     backend = plugins.host().backend(args.backend)
     size = step_time.SIZES[args.size]

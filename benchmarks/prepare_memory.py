@@ -29,8 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from pcp_core import corpus
-from pcp_core.shards import PreparedDataset
+from pcp_core.data import corpus
+from pcp_core.data.shards import PreparedDataset
 
 RESULTS = Path(__file__).parent / "results"
 MB = 10**6

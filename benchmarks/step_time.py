@@ -3,7 +3,7 @@
 The backend is an IREE one (cpu, cuda, ...) or `xla` (pcp-xla: the step exported with
 jax.export and run through PCP's executor, which should match jax.jit). Both run the
 identical program (K steps of nanoGPT + AdamW per call) on the same
-batches, at each `--precision` (see pcp_core/precision.py); the figure is the median
+batches, at each `--precision` (see pcp_core/program/precision.py); the figure is the median
 time per step, and the final losses and parameters of the two are compared. XLA runs
 on JAX's default device: the CPU on a CPU machine, the GPU where JAX has one; on a GPU
 its f32 rows run at full f32 (`highest`), with XLA's TF32 default beside them. Writes
@@ -35,15 +35,17 @@ from typing import Any
 
 import numpy as np
 
-from pcp_core import data, nanogpt, plugins
+from pcp_core import plugins
 from pcp_core.backends import Backend, zero_opt_tensors, zero_opt_tensors_through_host
-from pcp_core.compiler import compile_program
 from pcp_core.config import RunConfig
-from pcp_core.executor import IreeExecutor, to_host
-from pcp_core.malloc import retaining_env
+from pcp_core.data import text as data
+from pcp_core.iree.compiler import compile_program
+from pcp_core.iree.executor import IreeExecutor, to_host
+from pcp_core.iree.malloc import retaining_env
 from pcp_core.optimizers import InnerSettings
-from pcp_core.precision import PRECISIONS
-from pcp_core.program import build_train_program
+from pcp_core.program import nanogpt
+from pcp_core.program.build import build_train_program
+from pcp_core.program.precision import PRECISIONS
 
 RESULTS = Path(__file__).parent / "results"
 DILOCO_ROUND_STEPS = RunConfig().inner_steps  # H, for the round start's share of a round
@@ -169,7 +171,9 @@ def measure(
         "precision": precision,
         "backend": backend.name,
         "arch": arch,
-        "compile_flags": backend.compile_flags(arch) if backend.runtime is None else [],
+        "compile_flags": (
+            backend.compile_flags(arch) if backend.runner().kind == "iree-vmfb" else []
+        ),
         "model": config,
         "batch_size": batch,
         "steps_per_call": k,
@@ -225,7 +229,7 @@ def time_round_start(executor: Any, program: Any, params: list[np.ndarray]) -> d
 
 
 def retain_freed_memory() -> None:
-    """Re-execute this process with pcp_core.malloc's settings (glibc reads them at start).
+    """Re-execute this process with pcp_core.iree.malloc's settings (glibc reads them at start).
 
     They save IREE ~45% of its CPU step time at shakespeare-char size and XLA ~10%; the
     single arena costs XLA ~20% on the default model and IREE nothing. `--system-malloc`

@@ -2,7 +2,7 @@
 
 What a GPU owner would write instead of PCP: the same model (pre-norm blocks, GELU
 tanh MLP, tied embeddings, LayerNorm eps 1e-5, no dropout) started from the very
-parameters `pcp_core.nanogpt.init` draws, with SDPA attention, fused AdamW (PCP's
+parameters `pcp_core.program.nanogpt.init` draws, with SDPA attention, fused AdamW (PCP's
 defaults: betas 0.9/0.99, eps 1e-8, weight decay 0.1 on matrices only, PCP's warmup +
 cosine schedule), global-norm clipping at 1.0 and bf16 autocast; run eagerly and
 through `torch.compile`. In the same process, on the same batches, PCP's `xla` backend
@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 RESULTS = Path(__file__).parent / "results"
 H100_BF16_DENSE_TFLOPS = 989.0
 
-# PCP's `xla` step with the per-platform choices of the CUDA export (see pcp_core.nanogpt
-# and pcp_core.precision) on or off: "pcp" is the program as shipped today.
+# PCP's `xla` step with the per-platform choices of the CUDA export (see pcp_core.program.nanogpt
+# and pcp_core.program.precision) on or off: "pcp" is the program as shipped today.
 XLA_VARIANTS: dict[str, dict[str, tuple[str, ...]] | None] = {
     "pcp": None,  # as the modules say
     "portable": {"attention": (), "forms": (), "weight_gradient": (), "bf16_outputs": ()},
@@ -255,7 +255,7 @@ def release_torch() -> None:
 @contextlib.contextmanager
 def xla_variant(name: str) -> Iterator[None]:
     """The CUDA export's per-platform choices as `XLA_VARIANTS[name]` says."""
-    from pcp_core import nanogpt, precision
+    from pcp_core.program import nanogpt, precision
 
     where = {
         "attention": (nanogpt, "FUSED_ATTENTION_PLATFORMS"),
@@ -339,9 +339,9 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
     the GPU's memory; torch gives its cache back)."""
     import pcp_adamw
 
-    from pcp_core import nanogpt
     from pcp_core.optimizers import InnerSettings
-    from pcp_core.program import build_train_program
+    from pcp_core.program import nanogpt
+    from pcp_core.program.build import build_train_program
 
     size = size_of(args)
     vocab = size.get("vocab_size", corpus.vocab_size)
@@ -536,7 +536,7 @@ def main() -> None:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     import torch
 
-    from pcp_core import data
+    from pcp_core.data import text as data
 
     if args.quick:
         args.size, args.batch, args.precision = "default", [4], "f32"

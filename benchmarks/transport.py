@@ -29,8 +29,8 @@ import numpy as np
 import structlog
 from pcp_capnp_tcp import connect, listen
 
-from pcp_core.messages import Assignment, Tensor
-from pcp_core.transport import Connection, TensorHeader, TransportOptions
+from pcp_core.wire.messages import Assignment, Tensor
+from pcp_core.wire.transport import Connection, TensorHeader, TransportOptions
 
 RESULTS = Path(__file__).parent / "results"
 MiB = 2**20

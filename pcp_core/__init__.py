@@ -8,9 +8,9 @@ from pcp_core.hookspecs import hookimpl
 
 __version__ = "0.1.0"
 
-# The plugin API a plugin module declares as `PCP_PLUGIN_API = 4` (see docs/plugins.md).
+# The plugin API a plugin module declares as `PCP_PLUGIN_API = 5` (see docs/plugins.md).
 # Raised when a hook, or a registered object's fields, change incompatibly; a plugin
 # written for another version is listed by `pcp plugins` with the reason, not loaded.
-PLUGIN_API = 4
+PLUGIN_API = 5
 
 __all__ = ["PLUGIN_API", "__version__", "hookimpl"]

@@ -1,5 +1,5 @@
 """`python -m pcp_core` is the `pcp` command."""
 
-from pcp_core.cli import main
+from pcp_core.cli.app import main
 
 main()

@@ -6,8 +6,8 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from pcp_core.config import RunConfig
-from pcp_core.metrics import Metrics
-from pcp_core.run_status import RunStatus
+from pcp_core.watch.metrics import Metrics
+from pcp_core.watch.run_status import RunStatus
 
 
 class Progress(Protocol):
@@ -40,7 +40,7 @@ class RunContext:
     local_workers: bool = False
     # True for `--resume RUN_DIR`: continue from the run directory's last good checkpoint.
     resume: bool = False
-    # A distributed algorithm's secret and bound listener (pcp_core.distributed.Endpoint),
+    # A distributed algorithm's secret and bound listener (pcp_core.shepherd.distributed.Endpoint),
     # opened by the CLI before the program is built; None: the algorithm opens its own.
     endpoint: Any = None
 
@@ -50,7 +50,7 @@ class Algorithm:
     """Drives a whole run and returns the summary written to summary.json.
 
     A distributed algorithm also gives `worker_round(session, assignment) -> RoundWork`,
-    what a worker does with one round's assignment (see `pcp_core.worker`).
+    what a worker does with one round's assignment (see `pcp_core.worker.loop`).
     """
 
     name: str

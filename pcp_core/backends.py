@@ -1,8 +1,9 @@
-"""What a hardware backend is: an IREE compile target plus a runtime driver, or a
-runtime of its own.
+"""What a hardware backend is: a runtime, with an IREE compile target and driver where
+that runtime is IREE.
 
-IREE backend plugins are thin descriptions; compiling, loading and running them is core
-code (`pcp_core.iree_runtime`). A backend that is not IREE (pcp-xla) names a `Runtime`:
+IREE backend plugins are thin descriptions naming the core's IREE runtime
+(`pcp_core.iree.runtime.IREE`), which compiles, loads and runs them. A backend that is
+not IREE (pcp-xla) names a `Runtime` of its own:
 how its artifact is built from the exported program, what a worker reports and the
 shepherd checks at the join, how its device is found and its artifact run.
 """
@@ -17,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 import structlog
 
-from pcp_core.precision import PRECISIONS
+from pcp_core.program.precision import PRECISIONS
 
 log = structlog.get_logger(__name__)
 
@@ -44,7 +45,7 @@ class Executor(Protocol):
     calls; only the losses come back from `run`. Its specs name the tensors that
     `params` and `opt_state` hold, in order."""
 
-    param_specs: list[Any]  # pcp_core.program.TensorSpec
+    param_specs: list[Any]  # pcp_core.program.build.TensorSpec
     opt_specs: list[Any]
 
     def set_params(self, params: list[Any]) -> None: ...
@@ -88,7 +89,8 @@ class Runtime(Protocol):
     kind: str
 
     def build(self, program: Any, backend: "Backend", arch: str) -> Artifact:
-        """The artifact for `arch` from a `pcp_core.program.TrainProgram` (on the shepherd)."""
+        """The artifact for `arch` from a `pcp_core.program.build.TrainProgram` (on the
+        shepherd)."""
         ...
 
     def worker_report(self, backend: "Backend") -> dict[str, Any]:
@@ -133,7 +135,7 @@ class Backend:
     extra_flags: tuple[str, ...] = ()
     # IREE runtime flags for the driver (process-wide; parsed before it is first used).
     runtime_flags: tuple[str, ...] = ()
-    # The run precisions (pcp_core.precision) its target compiles.
+    # The run precisions (pcp_core.program.precision) its target compiles.
     precisions: tuple[str, ...] = PRECISIONS
     # Compile the K steps of a call straight-line instead of as a loop (TrainProgram.
     # stablehlo_for): faster where the loop costs copies and re-recorded command
@@ -143,16 +145,17 @@ class Backend:
     install_hint: str = ""
     # The architecture of a local device (see DetectArch), or None when it cannot tell.
     detect_arch: DetectArch | None = field(default=None, compare=False)
-    # How its programs are built and run; None: IREE, with the fields above.
+    # How its programs are built and run: `pcp_core.iree.runtime.IREE` for an IREE backend.
     runtime: Runtime | None = field(default=None, compare=False)
 
     def runner(self) -> Runtime:
-        """This backend's runtime: its own, or the core's IREE one."""
-        if self.runtime is not None:
-            return self.runtime
-        from pcp_core.iree_runtime import IREE
-
-        return IREE
+        """This backend's runtime (an IREE backend names `pcp_core.iree.runtime.IREE`)."""
+        if self.runtime is None:
+            raise ValueError(
+                f"backend {self.name!r} names no runtime: since plugin API 5 every backend "
+                "passes runtime= (IREE backends: pcp_core.iree.runtime.IREE)"
+            )
+        return self.runtime
 
     def resolve_arch(self, requested: str | None = None, device: int | None = None) -> str:
         """The requested architecture, else the one detected for device index `device`

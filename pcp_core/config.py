@@ -14,7 +14,7 @@ from typing import Any
 
 import tomli_w
 
-from pcp_core.precision import PRECISIONS
+from pcp_core.program.precision import PRECISIONS
 
 # Named exponents of --inner-lr-scaling (see RunConfig.inner_lr_scaling).
 INNER_LR_SCALINGS = {"sqrt": 0.5, "none": 0.0}
@@ -24,7 +24,7 @@ INNER_MOMENTUM = ("reset", "keep")
 
 # Upper bounds of the numeric settings: far above any real run, low enough that a typo
 # (an exponent too many) is a one-line error instead of an overflow, a huge allocation or
-# a run with no end. Memory is checked separately, against the machine (pcp_core.resources).
+# a run with no end. Memory is checked separately, against the machine (pcp_core.program.resources).
 MAX_SECONDS = 7 * 24 * 3600.0
 MAX_STEPS = 10**9
 UPPER_BOUNDS: dict[str, float] = {

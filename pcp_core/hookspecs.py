@@ -29,7 +29,7 @@ def pcp_register_optimizers(register: Register) -> None:
 
 @hookspec
 def pcp_register_transports(register: Register) -> None:
-    """Register `pcp_core.transport.Transport` objects."""
+    """Register `pcp_core.wire.transport.Transport` objects."""
 
 
 @hookspec
@@ -44,12 +44,12 @@ def pcp_register_models(register: Register) -> None:
 
 @hookspec
 def pcp_register_datasets(register: Register) -> None:
-    """Register `pcp_core.data.DatasetSource` objects."""
+    """Register `pcp_core.data.text.DatasetSource` objects."""
 
 
 @hookspec
 def pcp_register_metric_sinks(register: Register) -> None:
-    """Register `pcp_core.metrics.MetricSink` objects: each run hands them every record."""
+    """Register `pcp_core.watch.metrics.MetricSink` objects: each run hands them every record."""
 
 
 @hookspec

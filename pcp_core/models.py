@@ -13,9 +13,9 @@ Params = dict[str, Any]
 class Model:
     """A trainable model: `init(config, seed)` and `loss(config, params, x, y)` in JAX.
 
-    `loss` is called with `precision=` one of `precisions` (see `pcp_core.precision`)
+    `loss` is called with `precision=` one of `precisions` (see `pcp_core.program.precision`)
     only when that is not "f32"; a model that offers "bf16" routes its matrix
-    products through `pcp_core.precision.matmul`.
+    products through `pcp_core.program.precision.matmul`.
 
     Optional: `presets` names sizes (`--model-size`), each a partial config over
     `defaults`; `shapes(config)` gives the parameters' shapes in `init`'s order without

@@ -16,7 +16,7 @@ from typing import Any
 import pluggy
 import structlog
 
-from pcp_core import hookspecs
+from pcp_core import PLUGIN_API, __version__, builtin, hookspecs
 from pcp_core.registry import Registry
 
 log = structlog.get_logger(__name__)
@@ -64,8 +64,6 @@ def strict_mode() -> bool:
 
 def api_mismatch(module: Any) -> str | None:
     """Why `module` cannot be loaded by this core's plugin API, or None if it can."""
-    from pcp_core import PLUGIN_API
-
     declared = getattr(module, "PCP_PLUGIN_API", None)
     if declared is None:
         return (
@@ -100,8 +98,6 @@ class PluginHost:
     # -- loading --------------------------------------------------------------------------
 
     def load(self) -> "PluginHost":
-        from pcp_core import builtin
-
         self._add_plugin(builtin, CORE_DISTRIBUTION, _core_version())
         only = {_normalise(d) for d in _env_set("PCP_PLUGINS")}
         disabled = {_normalise(d) for d in _env_set("PCP_DISABLE_PLUGINS")}
@@ -207,8 +203,6 @@ def _core_version() -> str:
     try:
         return metadata.version(CORE_DISTRIBUTION)
     except metadata.PackageNotFoundError:
-        from pcp_core import __version__
-
         return __version__
 
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from pcp_core import admission
-from pcp_core.admission import Admission
 from pcp_core.backends import Backend
+from pcp_core.shepherd import admission
+from pcp_core.shepherd.admission import Admission
 
 
 class FakeRuntime:

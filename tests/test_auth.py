@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pcp_core import auth
+from pcp_core.wire import auth
 
 
 def token(tmp_path: Path, mode: int, text: str = "s3cret\n") -> Path:

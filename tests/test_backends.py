@@ -9,12 +9,15 @@ from structlog.testing import capture_logs
 
 from pcp_core import exit_codes
 from pcp_core.backends import Backend, iree_device_dump
+from pcp_core.iree.runtime import IREE
 from pcp_core.testing import install_fake_plugin
 from tests.conftest import run_pcp
 
 
 def backend(detect_arch) -> Backend:
-    return Backend("fake", "llvm-cpu", "local-task", "generic", detect_arch=detect_arch)
+    return Backend(
+        "fake", "llvm-cpu", "local-task", "generic", detect_arch=detect_arch, runtime=IREE
+    )
 
 
 def test_detection_is_asked_about_the_given_device() -> None:
@@ -65,8 +68,9 @@ PLUGIN = """
 import sys
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
+from pcp_core.iree.runtime import IREE
 
-PCP_PLUGIN_API = 4
+PCP_PLUGIN_API = 5
 
 def detect_arch({parameters}):
     print(f"detect_arch was asked about device {asked}", file=sys.stderr)
@@ -74,7 +78,8 @@ def detect_arch({parameters}):
 
 @hookimpl
 def pcp_register_backends(register):
-    register(Backend("fake", "llvm-cpu", "local-task", "generic", detect_arch=detect_arch))
+    register(Backend("fake", "llvm-cpu", "local-task", "generic", detect_arch=detect_arch,
+                     runtime=IREE))
 """
 
 
@@ -123,7 +128,7 @@ def test_local_workers_of_one_backend_take_its_devices_in_turn() -> None:
     from types import SimpleNamespace
 
     from pcp_core.config import RunConfig
-    from pcp_core.distributed import local_devices
+    from pcp_core.shepherd.distributed import local_devices
 
     backends = {
         name: Backend(name, "t", "d", "a", runtime=CountingRuntime(count))  # type: ignore[arg-type]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pcp_core import checkpoint
+from pcp_core.program import checkpoint
 from tests.conftest import run_pcp
 
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "32"]

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from pcp_core.compiler import compile_program, flags_for_key, unsafe_cache_dir_reason
+from pcp_core.iree.compiler import compile_program, flags_for_key, unsafe_cache_dir_reason
 
 # Compiles in well under a second, unlike a train program.
 DOUBLE = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from structlog.testing import capture_logs
 
-from pcp_core import compile_process
-from pcp_core.compile_process import CompilerFailed, CompilerHung, run_compiler
+from pcp_core.iree import compile_process
+from pcp_core.iree.compile_process import CompilerFailed, CompilerHung, run_compiler
 
 # A stand-in for a compiler that deadlocks on its first `hangs` runs: it blocks at 0%
 # CPU, as IREE's threads do, then writes its output.
@@ -81,7 +81,7 @@ def test_a_compiler_error_keeps_its_message(tmp_path: Path, source: Path) -> Non
 def test_bad_stablehlo_is_a_compile_error_naming_the_backend() -> None:
     import pcp_cpu
 
-    from pcp_core.compiler import CompileError, compile_program
+    from pcp_core.iree.compiler import CompileError, compile_program
 
     with pytest.raises(CompileError, match=r"failed to compile for cpu .*error:"):
         compile_program("func.func @main() { %0 = nonsense.op }", pcp_cpu.CPU, "x86-64")

@@ -8,7 +8,8 @@ import pytest
 import tomli_w
 
 from pcp_core import config as run_config
-from pcp_core.data import CharCorpus, DataError, load_text_file
+from pcp_core.data.errors import DataError
+from pcp_core.data.text import CharCorpus, load_text_file
 
 
 def test_tokenizer_round_trip_and_split() -> None:

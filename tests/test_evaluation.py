@@ -5,7 +5,7 @@ import pytest
 
 from pcp_core import plugins
 from pcp_core.config import RunConfig
-from pcp_core.training import prepare
+from pcp_core.program.training import prepare
 
 
 @pytest.mark.parametrize("backend", ["cpu", "xla"])

@@ -8,8 +8,9 @@ import threading
 import numpy as np
 import pytest
 
-from pcp_core import checkpoint
-from pcp_core.aggregation import (
+from pcp_core.program import checkpoint
+from pcp_core.program.build import TensorSpec
+from pcp_core.shepherd.aggregation import (
     BadResult,
     DeltaSink,
     MalformedDelta,
@@ -21,11 +22,10 @@ from pcp_core.aggregation import (
     check_result,
     delta_norm,
 )
-from pcp_core.messages import Result
-from pcp_core.metrics import MetricsLog
-from pcp_core.program import TensorSpec
-from pcp_core.transport import TensorHeader
-from pcp_core.worker_state import InnerStateStore
+from pcp_core.watch.metrics import MetricsLog
+from pcp_core.wire.messages import Result
+from pcp_core.wire.transport import TensorHeader
+from pcp_core.worker.state import InnerStateStore
 
 SPECS = [TensorSpec("w", (2, 3), "float32"), TensorSpec("b", (3,), "float32")]
 
@@ -269,7 +269,7 @@ class StateOnly:
 def test_a_lost_inner_state_is_said(tmp_path, keep: int, asked: int, says: str) -> None:
     from structlog.testing import capture_logs
 
-    from pcp_core.worker import InnerState, WorkerSession
+    from pcp_core.worker.loop import InnerState, WorkerSession
 
     executor = StateOnly()
     session = WorkerSession(0, executor, None, {"inner_states_kept": keep})

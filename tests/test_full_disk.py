@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from pcp_core import checkpoint, exit_codes
+from pcp_core import exit_codes
+from pcp_core.program import checkpoint
 
 pytestmark = pytest.mark.slow
 

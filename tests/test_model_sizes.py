@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from pcp_core import checkpoint, footprint, nanogpt
 from pcp_core import config as run_config
 from pcp_core.models import Model
+from pcp_core.program import checkpoint, footprint, nanogpt
 from tests.conftest import run_pcp
 
 MODEL = nanogpt.MODEL

@@ -1,14 +1,14 @@
 """The built-in GPT's hand-written gradients against autodiff of the plain formulas.
 
 Layer norm, GELU, the column sums and the q/k/v split have their backward passes
-written out (pcp_core/nanogpt.py says why: fewer bytes kept for the backward pass, and
+written out (pcp_core/program/nanogpt.py says why: fewer bytes kept for the backward pass, and
 reductions GPU targets run well); in f32 they must be the gradients autodiff gives.
 """
 
 import numpy as np
 import pytest
 
-from pcp_core import nanogpt
+from pcp_core.program import nanogpt
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from structlog.testing import capture_logs
 
-from pcp_core import plots
+from pcp_core.watch import plots
 from tests.conftest import run_pcp
 
 LOCAL = [

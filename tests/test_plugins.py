@@ -14,12 +14,14 @@ from tests.conftest import run_pcp
 GOOD = """
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
+from pcp_core.iree.runtime import IREE
 
-PCP_PLUGIN_API = 4
+PCP_PLUGIN_API = 5
 
 @hookimpl
 def pcp_register_backends(register):
-    register(Backend(name="fake", target="llvm-cpu", driver="local-sync", default_arch="generic"))
+    register(Backend(name="fake", target="llvm-cpu", driver="local-sync", default_arch="generic",
+                     runtime=IREE))
 """
 
 BROKEN = "raise ImportError('this plugin is broken on purpose')\n"
@@ -27,12 +29,14 @@ BROKEN = "raise ImportError('this plugin is broken on purpose')\n"
 DUPLICATE = """
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
+from pcp_core.iree.runtime import IREE
 
-PCP_PLUGIN_API = 4
+PCP_PLUGIN_API = 5
 
 @hookimpl
 def pcp_register_backends(register):
-    register(Backend(name="cpu", target="llvm-cpu", driver="local-sync", default_arch="generic"))
+    register(Backend(name="cpu", target="llvm-cpu", driver="local-sync", default_arch="generic",
+                     runtime=IREE))
 """
 
 
@@ -82,12 +86,12 @@ def test_strict_mode_fails_on_broken_plugin(site: Path) -> None:
 def test_plugin_for_another_api_is_listed_not_loaded(
     site: Path, declaration: str, reason: str
 ) -> None:
-    source = GOOD.replace("PCP_PLUGIN_API = 4", declaration).replace('"fake"', '"future"')
+    source = GOOD.replace("PCP_PLUGIN_API = 5", declaration).replace('"fake"', '"future"')
     install_fake_plugin(site, "pcp-future", "pcp_future", source)
     records = listed(run_pcp("plugins", "--json", env=plugin_env(site)))
     assert records["pcp-future"]["registered"] == []
     assert reason in records["pcp-future"]["errors"][0]
-    assert "plugin API 4" in records["pcp-future"]["errors"][0]
+    assert "plugin API 5" in records["pcp-future"]["errors"][0]
     result = run_pcp("train", "--backend", "future", env=plugin_env(site))
     assert result.returncode == 2 and "unknown backend 'future'" in result.stderr
 
@@ -129,7 +133,7 @@ def test_unknown_backend_lists_installed_and_pip_line() -> None:
 def test_cli_stays_light(args: list[str]) -> None:
     """`pcp --help` and `pcp plugins` must not import jax, iree or capnp."""
     probe = (
-        "import sys\nfrom pcp_core import cli\nsys.argv = ['pcp', *sys.argv[1:]]\n"
+        "import sys\nfrom pcp_core.cli import app as cli\nsys.argv = ['pcp', *sys.argv[1:]]\n"
         "try:\n    cli.main()\nexcept SystemExit:\n    pass\n"
         "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'jax', 'iree', 'capnp'})\n"
         "print('HEAVY', heavy, file=sys.stderr)\n"

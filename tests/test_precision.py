@@ -5,10 +5,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pcp_core import data, nanogpt, precision
 from pcp_core.config import ConfigError, RunConfig
+from pcp_core.data import text as data
 from pcp_core.optimizers import InnerSettings
-from pcp_core.program import build_eval_program, build_train_program
+from pcp_core.program import nanogpt, precision
+from pcp_core.program.build import build_eval_program, build_train_program
 from tests.conftest import run_pcp
 from tests.test_program import train_side_by_side
 

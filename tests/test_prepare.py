@@ -7,12 +7,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pcp_core import corpus, prepare
-from pcp_core.data import CharCorpus, DataError, load_text_file
-from pcp_core.manifest import parse_manifest, read_manifest, sha256_file
-from pcp_core.prepare import PrepareOptions
-from pcp_core.shards import PreparedDataset
-from pcp_core.tokenizers import ByteTokenizer, from_json
+from pcp_core.data import corpus, prepare
+from pcp_core.data.errors import DataError
+from pcp_core.data.manifest import parse_manifest, read_manifest, sha256_file
+from pcp_core.data.prepare import PrepareOptions
+from pcp_core.data.shards import PreparedDataset
+from pcp_core.data.text import CharCorpus, load_text_file
+from pcp_core.data.tokenizers import ByteTokenizer, from_json
 from tests.conftest import run_pcp
 
 VILLAGE = corpus.generate(60_000)

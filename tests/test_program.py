@@ -4,12 +4,13 @@ import numpy as np
 import pytest
 from structlog.testing import capture_logs
 
-from pcp_core import data, nanogpt
-from pcp_core.compiler import compile_program
-from pcp_core.executor import IreeExecutor
+from pcp_core.data import text as data
+from pcp_core.iree.compiler import compile_program
+from pcp_core.iree.executor import IreeExecutor
+from pcp_core.iree.transfers import assert_state_stays_on_device
 from pcp_core.optimizers import InnerSettings
-from pcp_core.program import build_train_program
-from pcp_core.testing.transfers import assert_state_stays_on_device
+from pcp_core.program import nanogpt
+from pcp_core.program.build import build_train_program
 
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32}
 

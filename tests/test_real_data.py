@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pcp_core import corpus
+from pcp_core.data import corpus
 
 pytestmark = pytest.mark.slow
 

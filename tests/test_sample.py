@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pcp_core import checkpoint, nanogpt, sampling
+from pcp_core.program import checkpoint, nanogpt, sampling
 from tests.conftest import run_pcp
 
 PROMPT = "The "

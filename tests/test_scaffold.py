@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from pcp_core.scaffold import KINDS
+from pcp_core.cli.scaffold import KINDS
 from tests.conftest import run_pcp
 
 
@@ -24,7 +24,7 @@ def test_writes_an_installable_package(tmp_path: Path, kind: str) -> None:
     assert project["entry-points"]["pcp"] == {f"my-{kind}": module}
     assert any(d.startswith("pcp-core==") for d in project["dependencies"])
     source = (root / module / "__init__.py").read_text()
-    assert "PCP_PLUGIN_API = 4" in source and f'"my-{kind}"' in source
+    assert "PCP_PLUGIN_API = 5" in source and f'"my-{kind}"' in source
     compile(source, module, "exec")
     assert "Conformance" in (root / "tests" / f"test_{kind}.py").read_text()
     assert f"--{kind} my-{kind}" in (root / "README.md").read_text()

@@ -9,7 +9,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from pcp_core.executor import IreeExecutor, to_host
+from pcp_core.iree.executor import IreeExecutor, to_host
+from pcp_core.iree.transfers import assert_state_stays_on_device, watch_transfers
 from pcp_core.testing.reference import (
     BATCH,
     STEPS_PER_CALL,
@@ -17,7 +18,6 @@ from pcp_core.testing.reference import (
     on_cpu,
     reference,
 )
-from pcp_core.testing.transfers import assert_state_stays_on_device, watch_transfers
 
 
 class CopiesThroughHost(IreeExecutor):
@@ -62,7 +62,7 @@ class FeedsHostArrays(IreeExecutor):
 @pytest.fixture(scope="module")
 def cpu_reference() -> tuple[Any, Any, Any, bytes]:
     from pcp_core import plugins
-    from pcp_core.compiler import compile_program
+    from pcp_core.iree.compiler import compile_program
 
     backend = plugins.host().backend("cpu")
     corpus, config, program = reference()
@@ -111,7 +111,7 @@ def test_copies_that_move_no_bytes_in_view_are_caught_by_identity(
     cpu_reference: tuple, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Even were the byte count blind to a copy, the new buffers would give it away."""
-    from pcp_core.testing import transfers
+    from pcp_core.iree import transfers
 
     monkeypatch.setattr(transfers, "SLACK_BYTES", 1 << 40)
     executor, batches = opened(CopiesThroughHost, cpu_reference)

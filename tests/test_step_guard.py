@@ -3,8 +3,8 @@ result that stands out."""
 
 import numpy as np
 
-from pcp_core.aggregation import delta_norm
-from pcp_core.step_guard import FIRST_STEP_RATIO, STEP_RATIO, StepGuard, outliers
+from pcp_core.shepherd.aggregation import delta_norm
+from pcp_core.shepherd.step_guard import FIRST_STEP_RATIO, STEP_RATIO, StepGuard, outliers
 
 
 class Momentum:

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from pcp_core import exit_codes
-from pcp_core import supervisor as supervisor_module
-from pcp_core.supervisor import Supervisor
+from pcp_core.worker import supervisor as supervisor_module
+from pcp_core.worker.supervisor import Supervisor
 from tests.conftest import run_pcp
 
 

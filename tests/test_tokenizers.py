@@ -8,10 +8,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pcp_core import corpus
-from pcp_core.data import CharCorpus, DataError
-from pcp_core.text_inputs import pieces
-from pcp_core.tokenizers import (
+from pcp_core.data import corpus
+from pcp_core.data.errors import DataError
+from pcp_core.data.text import CharCorpus
+from pcp_core.data.text_inputs import pieces
+from pcp_core.data.tokenizers import (
     BpeTokenizer,
     ByteTokenizer,
     CharTokenizer,

@@ -18,9 +18,9 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from rich.console import Console
 
-from pcp_core.dashboard import braille_chart, render
-from pcp_core.run_status import RunStatus
-from pcp_core.status_server import prometheus_text, serving
+from pcp_core.watch.dashboard import braille_chart, render
+from pcp_core.watch.run_status import RunStatus
+from pcp_core.watch.status_server import prometheus_text, serving
 from tests.conftest import run_pcp
 
 TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "16"]

@@ -7,7 +7,7 @@ It builds the reference program (a tiny nanoGPT + AdamW train step) for the
 backend's default and `compile_archs` architectures with the backend's runtime; where
 the device exists, runs it and compares loss and params with JAX on the CPU, and checks
 that the training state stays on the device between calls (the runtime's own check; for
-IREE `pcp_core.testing.transfers`: each call is given the buffers the last one
+IREE `pcp_core.iree.transfers`: each call is given the buffers the last one
 returned, and only the batch and losses cross to the host); and checks the error for a
 missing device; and that zeroing optimizer-state tensors (a DiLoCo worker's round start
 under `--inner-momentum reset`) zeroes those alone.
@@ -41,7 +41,7 @@ class BackendConformance:
 
     @pytest.fixture
     def device_or_skip(self, backend: Any) -> None:
-        from pcp_core.executor import DeviceError
+        from pcp_core.iree.executor import DeviceError
 
         try:
             backend.runner().require_device(backend, None)
@@ -104,7 +104,7 @@ class BackendConformance:
             np.testing.assert_array_equal(ours, theirs)
 
     def test_missing_device_is_a_clear_error(self, backend: Any) -> None:
-        from pcp_core.executor import DeviceError
+        from pcp_core.iree.executor import DeviceError
 
         with pytest.raises(DeviceError) as error:
             backend.runner().require_device(backend, 999)

@@ -54,7 +54,7 @@ class DatasetConformance:
         np.testing.assert_array_equal(x, again)
 
     def test_missing_input_is_a_one_line_error(self, source: Any, tmp_path: Path) -> None:
-        from pcp_core.data import DataError
+        from pcp_core.data.errors import DataError
 
         with pytest.raises(DataError) as error:
             source.load(tmp_path / "does-not-exist")

@@ -73,7 +73,7 @@ class ModelConformance:
 
     def test_trains_on_the_cpu_backend(self) -> None:
         from pcp_core import plugins
-        from pcp_core.compiler import compile_program
+        from pcp_core.iree.compiler import compile_program
 
         run = self.run()
         cpu = plugins.host().backend("cpu")

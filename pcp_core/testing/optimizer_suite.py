@@ -55,7 +55,7 @@ class InnerOptimizerConformance:
 
     def test_trains_the_reference_model_on_the_cpu_backend(self) -> None:
         from pcp_core import plugins
-        from pcp_core.compiler import compile_program
+        from pcp_core.iree.compiler import compile_program
 
         run = reference(optimizer=self.optimizer_name)
         cpu = plugins.host().backend("cpu")

@@ -37,8 +37,9 @@ def reference(
     overrides: tuple[tuple[str, int], ...] = tuple(REFERENCE_MODEL.items()),
 ) -> tuple[Any, dict[str, int], Any]:
     """The corpus, model config and train program for `model` trained by `optimizer`."""
-    from pcp_core import data, plugins
-    from pcp_core.program import build_train_program
+    from pcp_core import plugins
+    from pcp_core.data import text as data
+    from pcp_core.program.build import build_train_program
 
     host = plugins.host()
     corpus = data.load_text_file(None)

@@ -18,9 +18,9 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from pcp_core import messages
-from pcp_core.channel import SealedConnection, TamperedMessage
-from pcp_core.transport import FrameTooLarge, TensorHeader, TransportError, TransportOptions
+from pcp_core.wire import messages
+from pcp_core.wire.channel import SealedConnection, TamperedMessage
+from pcp_core.wire.transport import FrameTooLarge, TensorHeader, TransportError, TransportOptions
 
 OPTIONS = TransportOptions(max_frame_bytes=2**20, timeout_s=10)
 

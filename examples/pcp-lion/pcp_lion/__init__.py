@@ -17,7 +17,7 @@ from pcp_core.optimizers import (
     learning_rate,
 )
 
-PCP_PLUGIN_API = 4  # the pcp_core.PLUGIN_API this plugin is written for
+PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
 
 class LionState(NamedTuple):

@@ -13,8 +13,8 @@ def dispatch_names() -> list[str]:
     import jax
     import jax.numpy as jnp
 
-    from pcp_core.compile_process import compile_stablehlo
-    from pcp_core.program import without_locations
+    from pcp_core.iree.compile_process import compile_stablehlo
+    from pcp_core.program.build import without_locations
 
     params = {"matrix": np.zeros((64, 32), np.float32), "bias": np.zeros(32, np.float32)}
     params["gain"] = np.ones(32, np.float32)

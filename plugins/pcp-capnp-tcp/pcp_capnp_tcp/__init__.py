@@ -5,9 +5,9 @@ Importing this package is cheap: `capnp` is imported only when a frame is built 
 
 from pcp_capnp_tcp.network import connect, listen
 from pcp_core import hookimpl
-from pcp_core.transport import Transport
+from pcp_core.wire.transport import Transport
 
-PCP_PLUGIN_API = 4  # the pcp_core.PLUGIN_API this plugin is written for
+PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
 TRANSPORT = Transport(
     name="capnp-tcp",

@@ -19,8 +19,8 @@ import numpy as np
 import structlog
 
 from pcp_capnp_tcp import header
-from pcp_core.messages import Message, Tensor, tensors_of
-from pcp_core.transport import (
+from pcp_core.wire.messages import Message, Tensor, tensors_of
+from pcp_core.wire.transport import (
     FrameTooLarge,
     ProtocolMismatch,
     TensorHeader,
@@ -38,7 +38,7 @@ CHUNK_BYTES = 16 * 2**20  # per socket call: bounds each call's timeout and size
 
 
 class CapnpConnection:
-    """A `pcp_core.transport.Connection` over a connected (possibly TLS) socket.
+    """A `pcp_core.wire.transport.Connection` over a connected (possibly TLS) socket.
 
     `send` and `receive` may run at the same time in two threads; each is serialized
     with itself. A `handshake` (a listener's TLS handshake) runs on first use, in the

@@ -15,8 +15,8 @@ from typing import Any
 
 import numpy as np
 
-from pcp_core.messages import MESSAGE_TYPES, PROTOCOL_VERSION, Message
-from pcp_core.transport import ProtocolMismatch, TensorHeader, TransportError
+from pcp_core.wire.messages import MESSAGE_TYPES, PROTOCOL_VERSION, Message
+from pcp_core.wire.transport import ProtocolMismatch, TensorHeader, TransportError
 
 SCHEMA_PATH = Path(__file__).with_name("pcp.capnp")
 MAX_NDIM = 32

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import structlog
 
 from pcp_capnp_tcp.connection import CapnpConnection
-from pcp_core.transport import TransportError, TransportOptions
+from pcp_core.wire.transport import TransportError, TransportOptions
 
 log = structlog.get_logger(__name__)
 
@@ -28,7 +28,7 @@ HANDSHAKE_TIMEOUT_S = 30.0  # so a silent client cannot hold up `accept` when no
 
 
 class TcpListener:
-    """A `pcp_core.transport.Listener` on a bound TCP socket."""
+    """A `pcp_core.wire.transport.Listener` on a bound TCP socket."""
 
     def __init__(
         self, sock: socket.socket, options: TransportOptions, tls: ssl.SSLContext | None

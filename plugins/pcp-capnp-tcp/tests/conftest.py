@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pcp_capnp_tcp import connect, listen
 
-from pcp_core.messages import Message
-from pcp_core.transport import Connection, Listener, TensorSink, TransportOptions
+from pcp_core.wire.messages import Message
+from pcp_core.wire.transport import Connection, Listener, TensorSink, TransportOptions
 
 Pair = tuple[Listener, Connection, Connection]  # listener, server side, client side
 

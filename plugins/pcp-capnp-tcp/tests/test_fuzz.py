@@ -32,8 +32,8 @@ from hypothesis.extra.numpy import array_shapes
 from pcp_capnp_tcp import header
 from pcp_capnp_tcp.connection import MAGIC, PREFIX, CapnpConnection
 
-from pcp_core.messages import MESSAGE_TYPES, Message, Stop, Tensor
-from pcp_core.transport import TensorHeader, TransportError, TransportOptions
+from pcp_core.wire.messages import MESSAGE_TYPES, Message, Stop, Tensor
+from pcp_core.wire.transport import TensorHeader, TransportError, TransportOptions
 
 EXAMPLES = int(os.environ.get("PCP_FUZZ_EXAMPLES", "300"))
 FUZZ = settings(

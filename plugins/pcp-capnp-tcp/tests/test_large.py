@@ -5,7 +5,7 @@ import zlib
 import numpy as np
 import pytest
 
-from pcp_core.messages import Assignment, Tensor
+from pcp_core.wire.messages import Assignment, Tensor
 
 MiB = 2**20
 

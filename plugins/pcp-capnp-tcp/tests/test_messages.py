@@ -8,7 +8,8 @@ import numpy as np
 import pcp_capnp_tcp
 import pytest
 
-from pcp_core.messages import (
+from pcp_core.plugins import PluginHost
+from pcp_core.wire.messages import (
     MESSAGE_TYPES,
     Assignment,
     Challenge,
@@ -30,8 +31,7 @@ from pcp_core.messages import (
     Tensor,
     Welcome,
 )
-from pcp_core.plugins import PluginHost
-from pcp_core.transport import TensorHeader
+from pcp_core.wire.transport import TensorHeader
 
 
 def sample_tensors() -> list[Tensor]:

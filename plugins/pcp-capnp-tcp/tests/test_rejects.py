@@ -12,8 +12,8 @@ import pytest
 from pcp_capnp_tcp import connect, header, listen
 from pcp_capnp_tcp.connection import MAGIC, PREFIX
 
-from pcp_core.messages import PROTOCOL_VERSION, Delta, Stop, Tensor
-from pcp_core.transport import (
+from pcp_core.wire.messages import PROTOCOL_VERSION, Delta, Stop, Tensor
+from pcp_core.wire.transport import (
     FrameTooLarge,
     ProtocolMismatch,
     TensorHeader,

@@ -19,8 +19,9 @@ from pathlib import Path
 
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
+from pcp_core.iree.runtime import IREE
 
-PCP_PLUGIN_API = 4  # the pcp_core.PLUGIN_API this plugin is written for
+PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
 
 def detect_arch(device: int = 0) -> str | None:
@@ -43,6 +44,7 @@ def detect_arch(device: int = 0) -> str | None:
 
 CPU = Backend(
     name="cpu",
+    runtime=IREE,
     target="llvm-cpu",
     driver="local-task",
     default_arch="generic",

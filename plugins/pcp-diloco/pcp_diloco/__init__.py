@@ -5,7 +5,7 @@ the outer optimizer (Nesterov momentum by default)."""
 from pcp_core import hookimpl
 from pcp_core.algorithms import Algorithm
 
-PCP_PLUGIN_API = 4  # the pcp_core.PLUGIN_API this plugin is written for
+PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
 
 def _run(ctx):

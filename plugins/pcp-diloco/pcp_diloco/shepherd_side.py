@@ -13,15 +13,16 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core import checkpoint, distributed
 from pcp_core.algorithms import RunContext
 from pcp_core.config import ConfigError, RunConfig, inner_lr_exponent
-from pcp_core.messages import Assignment
 from pcp_core.optimizers import OuterSettings, OuterStep
-from pcp_core.rounds import RoundOutcome
-from pcp_core.shepherd import Shepherd
-from pcp_core.step_guard import StepGuard, outliers
-from pcp_core.training import prepare
+from pcp_core.program import checkpoint
+from pcp_core.program.training import prepare
+from pcp_core.shepherd import distributed
+from pcp_core.shepherd.rounds import RoundOutcome
+from pcp_core.shepherd.session import Shepherd
+from pcp_core.shepherd.step_guard import StepGuard, outliers
+from pcp_core.wire.messages import Assignment
 
 log = structlog.get_logger(__name__)
 
@@ -102,7 +103,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
         "run_id": state.run_id,
         "zero_at_round_start": momentum_to_reset(config, ctx.plugins, setup.program),
         # a resumed run asks again for up to checkpoint_every rounds: each needs the
-        # inner state it started from (pcp_core.worker_state)
+        # inner state it started from (pcp_core.worker.state)
         "inner_states_kept": config.checkpoint_every + 1,
     }
     status = ctx.status
@@ -215,7 +216,7 @@ def guarded_round(
     outer: OuterUpdate,
 ) -> RoundOutcome:
     """Run round `index` and apply its outer step, unless the guard finds the step
-    implausible (`pcp_core.step_guard`): then it is undone and the round runs again
+    implausible (`pcp_core.shepherd.step_guard`): then it is undone and the round runs again
     without the results that caused it, named in a warning. A step that no single
     result explains means the run diverged: FloatingPointError, before any checkpoint."""
     excluded: dict[str, str] = {}

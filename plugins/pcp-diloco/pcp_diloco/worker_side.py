@@ -7,8 +7,8 @@ RunConfig.inner_momentum)."""
 import time
 
 from pcp_core.backends import zero_opt_tensors
-from pcp_core.messages import Assignment, Tensor
-from pcp_core.worker import RoundWork, WorkerSession
+from pcp_core.wire.messages import Assignment, Tensor
+from pcp_core.worker.loop import RoundWork, WorkerSession
 
 
 def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:

@@ -18,10 +18,12 @@ from typing import Any
 
 import numpy as np
 
-from pcp_core import auth, plugins, worker
-from pcp_core.liveness import LiveConnection
-from pcp_core.messages import Delta, Message, Result, Tensor
-from pcp_core.transport import TensorHeader, TransportOptions
+from pcp_core import plugins
+from pcp_core.wire import auth
+from pcp_core.wire.liveness import LiveConnection
+from pcp_core.wire.messages import Delta, Message, Result, Tensor
+from pcp_core.wire.transport import TensorHeader, TransportOptions
+from pcp_core.worker import loop as worker
 
 MODE, CONNECT, STATE_DIR = sys.argv[1:4]
 honest_round = plugins.host().algorithm("diloco").worker_round

@@ -23,8 +23,8 @@ import numpy as np
 from pcp_capnp_tcp import header
 from pcp_capnp_tcp.connection import MAGIC, PREFIX
 
-from pcp_core.messages import Result, Setup, Stop
-from pcp_core.transport import TensorHeader
+from pcp_core.wire.messages import Result, Setup, Stop
+from pcp_core.wire.transport import TensorHeader
 
 ATTACKER_PROGRAM = b"\x7fELF not your program " * 512
 

@@ -10,8 +10,9 @@ import math
 import pytest
 from pcp_diloco.shepherd_side import momentum_to_reset, plan
 
-from pcp_core import config, plugins, training
+from pcp_core import config, plugins
 from pcp_core.optimizers import InnerSettings
+from pcp_core.program import training
 
 FLAGS = {"algorithm": "diloco", "steps": 1000, "inner_steps": 50}
 

@@ -14,7 +14,8 @@ import pytest
 from pcp_diloco.shepherd_side import plan
 from safetensors.numpy import load_file
 
-from pcp_core import config, plugins, training
+from pcp_core import config, plugins
+from pcp_core.program import training
 
 MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 64, "block_size": 32, "batch_size": 8}
 # without warmup the first steps already move the weights, so a wrong reference shows

@@ -21,9 +21,10 @@ import pytest
 from pcp_capnp_tcp import header, listen
 from pcp_capnp_tcp.connection import MAGIC, PREFIX
 
-from pcp_core import auth
-from pcp_core.channel import SealedConnection, session_keys
-from pcp_core.messages import (
+from pcp_core.testing import install_fake_plugin
+from pcp_core.wire import auth
+from pcp_core.wire.channel import SealedConnection, session_keys
+from pcp_core.wire.messages import (
     PROTOCOL_VERSION,
     Challenge,
     Failure,
@@ -33,8 +34,7 @@ from pcp_core.messages import (
     Tensor,
     Welcome,
 )
-from pcp_core.testing import install_fake_plugin
-from pcp_core.transport import TransportOptions
+from pcp_core.wire.transport import TransportOptions
 
 EXIT_REFUSED = 3
 
@@ -182,13 +182,15 @@ def test_worker_refuses_shepherd_without_the_secret(
 UNCOMPILABLE = """
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
+from pcp_core.iree.runtime import IREE
 
-PCP_PLUGIN_API = 4
+PCP_PLUGIN_API = 5
 
 @hookimpl
 def pcp_register_backends(register):
     register(Backend(name="uncompilable", target="llvm-cpu", driver="local-task",
-                     default_arch="generic", extra_flags=("--iree-no-such-flag",)))
+                     default_arch="generic", extra_flags=("--iree-no-such-flag",),
+                     runtime=IREE))
 """
 
 

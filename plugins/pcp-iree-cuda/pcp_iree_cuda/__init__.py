@@ -23,7 +23,7 @@ H200 (benchmarks/step_time.py --backend cuda; benchmarks/README.md has the table
   each compile to a byte-identical module.
 
 `unroll_steps=True`: the K steps of a call compiled straight-line, not as a loop
-(pcp_core/program.py): one command buffer a call, recorded once and replayed, without
+(pcp_core/program/build.py): one command buffer a call, recorded once and replayed, without
 the loop's per-step copies of every parameter and moment. H100, gpt-b32 (2026-11-23):
 bf16 22.7 -> 18.0 ms a step, f32 44.8 -> 36.5 (benchmarks/results/gpu/h100/
 bf16_trials_2026-11-23.md); compiling takes several times longer.
@@ -45,8 +45,9 @@ from importlib import resources
 
 from pcp_core import hookimpl
 from pcp_core.backends import Backend, iree_device_dump, run_quietly
+from pcp_core.iree.runtime import IREE
 
-PCP_PLUGIN_API = 4  # the pcp_core.PLUGIN_API this plugin is written for
+PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
 NEWEST_SUPPORTED = (8, 9)  # the newest compute capability IREE 3.13 emits code for
 FALLBACK = "sm_80"
@@ -84,6 +85,7 @@ KERNEL_CONFIGS = resources.files(__name__) / "kernel_configs.mlir"
 
 CUDA = Backend(
     name="cuda",
+    runtime=IREE,
     target="cuda",
     driver="cuda",
     default_arch=FALLBACK,

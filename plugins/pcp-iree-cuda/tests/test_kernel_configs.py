@@ -16,8 +16,8 @@ def configured_dispatches() -> dict[str, tuple[str, int, str]]:
     import jax
     import jax.numpy as jnp
 
-    from pcp_core.compile_process import compile_stablehlo
-    from pcp_core.program import without_locations
+    from pcp_core.iree.compile_process import compile_stablehlo
+    from pcp_core.program.build import without_locations
 
     def program(v, x, w, b):
         constant = jnp.arange(4096, dtype=jnp.int32) % 7  # evaluated at compile time

@@ -9,8 +9,9 @@ import platform
 
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
+from pcp_core.iree.runtime import IREE
 
-PCP_PLUGIN_API = 4  # the pcp_core.PLUGIN_API this plugin is written for
+PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
 
 def detect_arch(device: int = 0) -> str | None:
@@ -20,6 +21,7 @@ def detect_arch(device: int = 0) -> str | None:
 
 METAL = Backend(
     name="metal",
+    runtime=IREE,
     target="metal-spirv",
     driver="metal",
     default_arch="macos",

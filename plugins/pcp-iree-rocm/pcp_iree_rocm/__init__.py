@@ -8,8 +8,9 @@ import re
 
 from pcp_core import hookimpl
 from pcp_core.backends import Backend, iree_device_dump, run_quietly
+from pcp_core.iree.runtime import IREE
 
-PCP_PLUGIN_API = 4  # the pcp_core.PLUGIN_API this plugin is written for
+PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
 
 def detect_arch(device: int = 0) -> str | None:
@@ -24,6 +25,7 @@ def detect_arch(device: int = 0) -> str | None:
 
 ROCM = Backend(
     name="rocm",
+    runtime=IREE,
     target="rocm",
     driver="hip",
     default_arch="gfx942",

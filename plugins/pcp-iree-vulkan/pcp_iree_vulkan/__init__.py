@@ -9,8 +9,9 @@ deterministic where the baseline was not.
 
 from pcp_core import hookimpl
 from pcp_core.backends import Backend, iree_device_dump
+from pcp_core.iree.runtime import IREE
 
-PCP_PLUGIN_API = 4  # the pcp_core.PLUGIN_API this plugin is written for
+PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
 BASELINE = "vp_android_baseline_2022"
 VENDOR_TARGETS = {
@@ -37,6 +38,7 @@ def detect_arch(device: int = 0) -> str | None:
 
 VULKAN = Backend(
     name="vulkan",
+    runtime=IREE,
     target="vulkan-spirv",
     driver="vulkan",
     default_arch=BASELINE,

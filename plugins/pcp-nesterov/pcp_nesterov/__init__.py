@@ -10,7 +10,7 @@ import numpy as np
 from pcp_core import hookimpl
 from pcp_core.optimizers import OuterOptimizer, OuterSettings
 
-PCP_PLUGIN_API = 4  # the pcp_core.PLUGIN_API this plugin is written for
+PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
 
 class NesterovStep:

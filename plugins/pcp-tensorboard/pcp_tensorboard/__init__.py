@@ -32,9 +32,9 @@ from pathlib import Path
 from typing import Any
 
 from pcp_core import hookimpl
-from pcp_core.metrics import MetricSink
+from pcp_core.watch.metrics import MetricSink
 
-PCP_PLUGIN_API = 4  # the pcp_core.PLUGIN_API this plugin is written for
+PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
 FOLDER = "tensorboard"  # inside the run directory
 

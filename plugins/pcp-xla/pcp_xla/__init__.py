@@ -10,7 +10,7 @@ from pcp_core import hookimpl
 from pcp_core.backends import Backend
 from pcp_xla.runtime import XLA, detect_platform
 
-PCP_PLUGIN_API = 4  # the pcp_core.PLUGIN_API this plugin is written for
+PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
 BACKEND = Backend(
     name="xla",

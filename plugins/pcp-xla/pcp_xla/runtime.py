@@ -17,9 +17,9 @@ from typing import Any
 import numpy as np
 
 from pcp_core.backends import Artifact, Backend
-from pcp_core.compiler import CompileError
-from pcp_core.executor import DeviceError
-from pcp_core.program import PLATFORM_CUSTOM_CALLS, TensorSpec, conforming
+from pcp_core.iree.compiler import CompileError
+from pcp_core.iree.executor import DeviceError
+from pcp_core.program.build import PLATFORM_CUSTOM_CALLS, TensorSpec, conforming
 
 KIND = "xla-export"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # what jax.export lowers for

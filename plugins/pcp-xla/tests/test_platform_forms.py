@@ -1,7 +1,7 @@
 """The per-platform forms of the exported step compute what the portable program does.
 
-The CUDA export takes forms XLA compiles well (pcp_core.nanogpt.XLA_FORM_PLATFORMS,
-pcp_core.precision.SINGLE_PRODUCT_PLATFORMS); here they are switched on for the CPU,
+The CUDA export takes forms XLA compiles well (pcp_core.program.nanogpt.XLA_FORM_PLATFORMS,
+pcp_core.program.precision.SINGLE_PRODUCT_PLATFORMS); here they are switched on for the CPU,
 so a machine without a GPU checks them against `jax_step`, which keeps the portable form.
 """
 
@@ -12,8 +12,8 @@ import pytest
 from pcp_xla import BACKEND
 from pcp_xla.runtime import XLA, XlaExecutor
 
-from pcp_core import nanogpt, precision
-from pcp_core.program import build_train_program, export_platform, exporting_for
+from pcp_core.program import nanogpt, precision
+from pcp_core.program.build import build_train_program, export_platform, exporting_for
 from pcp_core.testing.reference import BATCH, CALLS, STEPS_PER_CALL, initial_params, reference
 
 PLATFORM = BACKEND.resolve_arch()

@@ -1,0 +1,1 @@
+"""The `pcp` command line: one module per command family, and what they share."""

@@ -1,0 +1,60 @@
+"""The `pcp` command: its commands, gathered from one module per family."""
+
+import os
+import sys
+
+import typer
+
+from pcp_core import plugins
+from pcp_core.cli import info, training, worker
+from pcp_core.cli.common import LOG_FORMATS, configure_logging, fail
+from pcp_core.cli.data import data_app
+from pcp_core.cli.plot import plot
+
+app = typer.Typer(
+    name="pcp",
+    help="PCP, the Planetary Compute Protocol: train one model across loosely connected "
+    "machines with whatever accelerators they have.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def setup(
+    verbose: bool = typer.Option(False, "--verbose", "-v", help="Debug logging."),
+    log_format: str = typer.Option(
+        os.environ.get("PCP_LOG_FORMAT", "auto"),
+        "--log-format",
+        help="Log lines as auto (pretty on a terminal, JSON lines otherwise), console or "
+        "json; $PCP_LOG_FORMAT sets the default.",
+        metavar="auto|console|json",
+    ),
+) -> None:
+    if log_format not in LOG_FORMATS:
+        fail(f"--log-format must be one of {', '.join(LOG_FORMATS)}, got {log_format!r}")
+    os.environ["PCP_LOG_FORMAT"] = log_format  # the processes this one starts log alike
+    configure_logging(verbose, log_format)
+
+
+app.callback()(setup)
+training.register(app)
+worker.register(app)
+info.register(app)
+app.add_typer(data_app, name="data")
+app.command("plot")(plot)
+
+
+def main() -> None:
+    # JAX (the shepherd's export and validation) must not take 75% of a GPU that IREE
+    # workers on the same machine need: allocate on demand.
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
+    log_format = os.environ.get("PCP_LOG_FORMAT", "auto")  # before discovery: its warnings
+    configure_logging(False, log_format if log_format in LOG_FORMATS else "auto")
+    try:
+        host = plugins.host()
+    except plugins.PluginLoadError as error:
+        typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
+        sys.exit(1)
+    host.add_commands(app)
+    app()

@@ -1,0 +1,229 @@
+"""What every `pcp` command shares: one-line errors, logging set-up, and the options
+generated from the run configuration. The only place that configures logging.
+
+Kept light: jax and iree are imported only by the commands that need them, so
+`pcp --help` and `pcp plugins` return at once.
+"""
+
+import dataclasses
+import inspect
+import logging
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, NoReturn, Optional
+
+import structlog
+import typer
+
+from pcp_core import config as run_config
+from pcp_core import exit_codes, plugins
+from pcp_core.registry import DuplicateNameError, UnknownNameError
+
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Errors caused by input a user can fix: shown as one line, not a traceback."""
+    from pcp_core.data.errors import DataError
+    from pcp_core.iree.compiler import CompileError
+    from pcp_core.iree.executor import DeviceError
+    from pcp_core.program.checkpoint import CheckpointError, CheckpointWriteError
+    from pcp_core.shepherd.session import NotEnoughWorkers, RoundFailed
+
+    return (
+        run_config.ConfigError,
+        DataError,
+        UnknownNameError,
+        DuplicateNameError,
+        CompileError,
+        DeviceError,
+        plugins.PluginLoadError,
+        NotEnoughWorkers,
+        RoundFailed,
+        CheckpointError,
+        CheckpointWriteError,  # exit_codes.CHECKPOINT
+        FloatingPointError,  # a diverging run
+        ValueError,
+        FileNotFoundError,
+    )
+
+
+def fail(message: str, code: int = exit_codes.CONFIGURATION) -> NoReturn:
+    typer.secho(f"error: {message}", fg=typer.colors.RED, err=True)
+    raise typer.Exit(code)
+
+
+LOG_FORMATS = ("auto", "console", "json")
+
+
+def configure_logging(verbose: bool, log_format: str = "auto") -> None:
+    """Pretty lines on a terminal, JSON lines otherwise (`auto`), or as asked.
+
+    `$PCP_LOG_FORMAT` gives the default, so the processes a run starts (its local
+    workers) log the same way.
+    """
+    level = logging.DEBUG if verbose else logging.INFO
+    if log_format == "auto":
+        log_format = "console" if sys.stderr.isatty() else "json"
+    renderer: Any = (
+        structlog.processors.JSONRenderer()
+        if log_format == "json"
+        else structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+    )
+    structlog.configure(
+        wrapper_class=structlog.make_filtering_bound_logger(level),
+        # Looked up per message, so logs go wherever stderr points now (the dashboard
+        # redirects it while it is shown).
+        logger_factory=lambda *args: structlog.PrintLogger(sys.stderr),
+        processors=[
+            structlog.processors.add_log_level,
+            structlog.processors.TimeStamper(fmt="iso" if log_format == "json" else "%H:%M:%S"),
+            renderer,
+        ],
+    )
+
+
+def option(name: str, annotation: Any, option: Any) -> inspect.Parameter:
+    return inspect.Parameter(
+        name, inspect.Parameter.KEYWORD_ONLY, annotation=annotation, default=option
+    )
+
+
+RESUME_OPTION = option(
+    "resume",
+    Optional[Path],  # noqa: UP045
+    typer.Option(
+        None,
+        "--resume",
+        help="Continue the run in RUN_DIR from its last intact checkpoint, with its "
+        "config.toml (flags given here win, e.g. a larger --steps).",
+        metavar="RUN_DIR",
+    ),
+)
+
+
+DASHBOARD_OPTION = option(
+    "dashboard",
+    Optional[bool],  # noqa: UP045
+    typer.Option(
+        None,
+        "--dashboard/--no-dashboard",
+        help="Show the live dashboard (workers, losses, throughput) instead of log lines. "
+        "Default: on when stderr is a terminal.",
+        show_default=False,
+    ),
+)
+
+
+OVERWRITE_OPTION = option(
+    "overwrite",
+    bool,
+    typer.Option(
+        False,
+        "--overwrite",
+        help="Replace the run already in --out: its config, metrics, summary, checkpoints "
+        "and local workers' logs and state are deleted first (without this, a directory "
+        "that holds a run is refused).",
+    ),
+)
+
+
+def with_run_config(
+    command: Callable[..., None],
+    defaults: dict[str, Any] | None = None,
+    extra: list[inspect.Parameter] | None = None,
+) -> Callable[..., None]:
+    """Give `command` one option per RunConfig field plus `--config FILE.toml`.
+
+    `defaults` replace the dataclass defaults for this command (the TOML file and flags
+    still win over them); `extra` options are passed to `command` as keyword arguments.
+    With RESUME_OPTION among them, `--resume RUN_DIR` reads RUN_DIR/config.toml as the
+    config file and writes into RUN_DIR.
+    """
+    defaults = defaults or {}
+    extra = extra or []
+    parameters = [
+        *extra,
+        option(
+            "config_file",
+            Optional[Path],  # noqa: UP045
+            typer.Option(None, "--config", help="TOML file of settings; flags win."),
+        ),
+    ]
+    for field in dataclasses.fields(run_config.RunConfig):
+        base = next(
+            t for t in getattr(field.type, "__args__", (field.type,)) if t is not type(None)
+        )
+        shown = defaults.get(field.name, field.default)
+        flag = "--" + field.name.replace("_", "-")
+        # the value is None so that only flags given override the TOML file; the help
+        # shows the real default, its bracket escaped from Rich's markup
+        default = "" if shown is None else f" \\[default: {shown}]"
+        help_text = field.metadata["help"] + default
+        parameters.append(
+            option(
+                field.name,
+                Optional[base],  # noqa: UP045
+                typer.Option(None, flag, help=help_text, show_default=False),
+            )
+        )
+
+    def wrapper(**kwargs: Any) -> None:
+        config_file = kwargs.pop("config_file")
+        extra_values = {p.name: kwargs.pop(p.name) for p in extra}
+        resume = extra_values.get("resume")
+        if resume is not None and extra_values.get("overwrite"):
+            fail("--resume continues the run in RUN_DIR and --overwrite replaces it; pick one")
+        if resume is not None:
+            if config_file is not None or kwargs.get("out") is not None:
+                fail(
+                    "--resume RUN_DIR uses RUN_DIR/config.toml and writes into RUN_DIR; "
+                    "leave out --config and --out"
+                )
+            if not (resume / "config.toml").is_file():
+                fail(f"--resume: {resume} is not a run directory (no config.toml in it)")
+            config_file, kwargs["out"] = resume / "config.toml", resume
+        try:
+            resolved = run_config.resolve(config_file, kwargs, defaults)
+        except run_config.ConfigError as error:
+            fail(str(error))
+        command(resolved, **extra_values)
+
+    wrapper.__signature__ = inspect.Signature(parameters)  # type: ignore[attr-defined]
+    wrapper.__name__ = command.__name__
+    wrapper.__doc__ = command.__doc__
+    return wrapper
+
+
+def report(summary: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="run summary", show_header=False)
+    for key in (
+        "final_train_loss",
+        "final_val_loss",
+        "unigram_entropy",
+        "tokens_per_s",
+        "wall_time_s",
+        "backend",
+        "run_dir",
+    ):
+        value = summary.get(key)
+        if value is not None:
+            table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    Console().print(table)
+
+
+def run_or_explain(body: Callable[[], None]) -> None:
+    """Run a command body, turning user errors into one line and Ctrl-C into exit 130."""
+    try:
+        body()
+    except KeyboardInterrupt:
+        typer.secho("interrupted", fg=typer.colors.YELLOW, err=True)
+        raise typer.Exit(exit_codes.INTERRUPTED) from None
+    except user_errors() as error:
+        from pcp_core.program.checkpoint import CheckpointWriteError  # loaded by _user_errors
+
+        code = exit_codes.CHECKPOINT if isinstance(error, CheckpointWriteError) else None
+        message = str(error).splitlines()[0] if str(error) else type(error).__name__
+        fail(message, code or exit_codes.CONFIGURATION)

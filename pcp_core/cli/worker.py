@@ -1,0 +1,138 @@
+"""`pcp worker`: join a shepherd and train on this machine's device, supervised."""
+
+import math
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+
+from pcp_core import config as run_config
+from pcp_core import exit_codes, plugins
+from pcp_core.cli.common import fail, run_or_explain
+
+
+def worker(
+    connect: str = typer.Option(..., "--connect", help="The shepherd's HOST:PORT."),
+    backend: str = typer.Option("cpu", "--backend", help="Hardware backend to run on."),
+    target: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--target", help="Device architecture (default: detect)."
+    ),
+    device: Optional[int] = typer.Option(  # noqa: UP045
+        None, "--device", help="Device index (default: first)."
+    ),
+    token_file: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--token-file", help="File holding the shared secret (else $PCP_TOKEN)."
+    ),
+    transport: str = typer.Option("capnp-tcp", "--transport", help="Transport to the shepherd."),
+    tls_ca: Optional[Path] = typer.Option(  # noqa: UP045
+        None, "--tls-ca", help="CA (PEM) to verify the shepherd's TLS certificate; enables TLS."
+    ),
+    timeout: float = typer.Option(
+        30.0,
+        "--timeout",
+        help="Seconds the shepherd may stay silent (it sends heartbeats) before this worker "
+        "gives up on the connection and, supervised, reconnects.",
+    ),
+    state_dir: Optional[Path] = typer.Option(  # noqa: UP045
+        None,
+        "--state-dir",
+        help="Where the inner optimizer state is saved after each round, so a restarted "
+        "worker resumes it. Default: a folder per shepherd address and backend in the "
+        "user state directory.",
+    ),
+    data: Optional[Path] = typer.Option(  # noqa: UP045
+        None,
+        "--data",
+        help="A prepared dataset (`pcp data prepare`) on this machine: the shards the "
+        "shepherd assigns are read from it, checked against the shepherd's sha256, instead "
+        "of fetched.",
+    ),
+    shard_cache: Optional[Path] = typer.Option(  # noqa: UP045
+        None,
+        "--shard-cache",
+        help="Where shards fetched from the shepherd are kept, by content hash, so a "
+        "restarted worker fetches none twice. Default: the user cache directory.",
+    ),
+    restarts: int = typer.Option(
+        5,
+        "--restarts",
+        help="Restart after a crash, with backoff, up to this many times in a row (a join, "
+        "or a run of over a minute, resets the count); 0: never, and no reconnecting.",
+    ),
+    give_up_after: float = typer.Option(
+        24 * 3600.0,
+        "--give-up-after",
+        help="Seconds to keep reconnecting, with backoff up to 30 s, while the shepherd is "
+        "out of reach (restarting, or the network down), counted from the last join.",
+    ),
+) -> None:
+    """Join a shepherd and train on this machine's device until told to stop."""
+    from pcp_core.wire.transport import TransportError, TransportOptions
+    from pcp_core.worker import loop as worker_runtime
+
+    host, _, port = connect.rpartition(":")
+    if not host or not port.isdigit():
+        fail(f"--connect must be HOST:PORT, got {connect!r}")
+    if not (math.isfinite(timeout) and 0 < timeout <= run_config.MAX_SECONDS):
+        fail(f"--timeout must be from 0 to {run_config.MAX_SECONDS:g} seconds, got {timeout}")
+    if not (math.isfinite(give_up_after) and give_up_after >= 0):
+        fail(f"--give-up-after must be a number of seconds, got {give_up_after}")
+    if restarts < 0:
+        fail(f"--restarts must not be negative, got {restarts}")
+    from pcp_core.wire.auth import AuthError, load_secret
+
+    try:  # before the supervisor starts: a restart cannot fix these
+        load_secret(token_file)
+    except AuthError as error:
+        fail(str(error))
+    if tls_ca is not None and not tls_ca.is_file():
+        fail(f"--tls-ca {tls_ca}: no such file")
+    if data is not None and not (data / "manifest.json").is_file():
+        fail(
+            f"--data {data}: not a dataset directory (no manifest.json); "
+            "make one with `pcp data prepare INPUT... -o DIR`"
+        )
+    if restarts > 0:
+        from pcp_core.iree.malloc import retaining_env
+        from pcp_core.worker.supervisor import Supervisor
+
+        command = [sys.executable, "-m", "pcp_core", *sys.argv[1:], "--restarts", "0"]
+        supervisor = Supervisor(
+            command, env=retaining_env(), max_restarts=restarts, give_up_after_s=give_up_after
+        )
+        raise typer.Exit(supervisor.serve())
+
+    def body() -> None:
+        from pcp_core.worker.state import StateDirBusy, default_state_dir
+        from pcp_core.worker.supervisor import die_with_parent, mark_joined
+
+        die_with_parent()
+
+        try:
+            options = worker_runtime.WorkerOptions(
+                host=host.strip("[]"),
+                port=int(port),
+                backend=backend,
+                target=target,
+                device=device,
+                secret=load_secret(token_file),
+                transport=transport,
+                transport_options=TransportOptions(timeout_s=timeout, tls_ca=tls_ca),
+                state_dir=state_dir or default_state_dir(host, port, backend, device),
+                data=data,
+                shard_cache=shard_cache,
+                on_joined=mark_joined,
+            )
+            worker_runtime.run_worker(options, plugins.host())
+        except (worker_runtime.JoinRefused, AuthError, StateDirBusy) as error:
+            typer.secho(f"error: refused: {error}", fg=typer.colors.RED, err=True)
+            raise typer.Exit(exit_codes.REFUSED) from None
+        except (TransportError, ConnectionError, TimeoutError) as error:
+            fail(f"lost the shepherd: {error}", code=exit_codes.UNREACHABLE)
+
+    run_or_explain(body)
+
+
+def register(app: typer.Typer) -> None:
+    app.command("worker")(worker)

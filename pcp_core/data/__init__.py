@@ -1,0 +1,1 @@
+"""Training data: corpora, tokenizers, `pcp data prepare`, manifests, shards and their transfer."""

@@ -1,0 +1,228 @@
+"""Compiling StableHLO to an IREE VMFB for a backend, with an on-disk cache.
+
+The cache key covers the program text, the target, the flags and the IREE compiler
+version, so a changed program or toolchain never reuses a stale module.
+
+A cached module is code every worker runs, and its key is computable by anyone, so the
+cache is trusted only as far as it is private: the directory (`PCP_CACHE_DIR` or the
+user cache dir) is created 0700 and used only while it belongs to this user and no one
+else can write to it. Otherwise PCP compiles without it and says why in a warning: the
+cache only saves time, and a run should not stop over it. Each module `<key>.vmfb` has
+`<key>.json` beside it, holding the key and the module's sha256; an entry without one
+(left by someone or something else) or whose module does not match it is recompiled.
+"""
+
+import hashlib
+import json
+import os
+import stat
+import tempfile
+import time
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+
+import structlog
+
+from pcp_core.backends import Backend
+from pcp_core.iree.compile_process import CompilerFailed, CompilerHung, compile_stablehlo
+
+log = structlog.get_logger(__name__)
+
+COMPILER_DISTRIBUTION = "iree-base-compiler"
+RUNTIME_DISTRIBUTION = "iree-base-runtime"
+
+
+class CompileError(RuntimeError):
+    """IREE could not compile the program for a target."""
+
+
+@dataclass(frozen=True)
+class CompiledProgram:
+    vmfb: bytes
+    sha256: str
+    backend: str
+    arch: str
+    cache_hit: bool
+
+
+def iree_compiler_version() -> str:
+    """The IREE version programs are compiled with here.
+
+    Where no compiler is installed this is the runtime's version (both are pinned to
+    the same protocol version): such a machine can still serve programs from its cache.
+    """
+    try:
+        return metadata.version(COMPILER_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return iree_runtime_version()
+
+
+def iree_runtime_version() -> str:
+    return metadata.version(RUNTIME_DISTRIBUTION)
+
+
+def cache_dir() -> Path:
+    override = os.environ.get("PCP_CACHE_DIR")
+    if override:
+        return Path(override)
+    import platformdirs
+
+    return Path(platformdirs.user_cache_dir("pcp")) / "vmfb"
+
+
+def unsafe_cache_dir_reason(directory: Path) -> str | None:
+    """Why someone other than this user could change what `directory` holds; None if
+    no one can. Give it a resolved path: a symbolic link is not a directory here."""
+    try:
+        info = directory.lstat()
+    except OSError as error:
+        return f"cannot inspect it: {error.strerror or error}"
+    if not stat.S_ISDIR(info.st_mode):
+        return "not a directory"
+    if not hasattr(os, "getuid"):
+        return None  # no POSIX owners and modes to check (Windows)
+    if info.st_uid != os.getuid():
+        return f"owned by uid {info.st_uid}, not by this user (uid {os.getuid()})"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"mode {stat.filemode(info.st_mode)}: group or others can write to it"
+    return None
+
+
+def private_cache_dir() -> Path | None:
+    """`cache_dir()` where its links lead, created 0700 if missing; None, with a
+    warning that says why, where others could change what it holds."""
+    path = cache_dir()
+    try:
+        path.mkdir(mode=0o700, parents=True)
+        path.chmod(0o700)  # the umask may have taken bits away, never added any
+    except FileExistsError:
+        pass
+    except OSError as error:
+        log.warning(
+            "cannot create the compile cache; compiling without it",
+            path=str(path),
+            reason=error.strerror or str(error),
+        )
+        return None
+    directory = path.resolve()
+    reason = unsafe_cache_dir_reason(directory)
+    if reason:
+        log.warning(
+            "compile cache not used: others could change its modules; compiling without it"
+            " (use a directory of your own, chmod 700)",
+            path=str(directory),
+            reason=reason,
+        )
+        return None
+    return directory
+
+
+def _cached_module(directory: Path, key: str) -> bytes | None:
+    """The module cached under `key`, if there is one and it matches its digest."""
+    module, digest = directory / f"{key}.vmfb", directory / f"{key}.json"
+    if not module.is_file():
+        return None
+    try:
+        record = json.loads(digest.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        log.warning(
+            "compile cache entry has no digest (not written by PCP); recompiling", path=str(module)
+        )
+        return None
+    except (OSError, ValueError) as error:
+        log.warning(
+            "compile cache digest unreadable; recompiling", path=str(digest), reason=str(error)
+        )
+        return None
+    vmfb = module.read_bytes()
+    expected = {"key": key, "vmfb_sha256": hashlib.sha256(vmfb).hexdigest()}
+    if not isinstance(record, dict) or any(record.get(k) != v for k, v in expected.items()):
+        log.warning(
+            "compile cache entry does not match its digest (tampered or corrupt); recompiling",
+            path=str(module),
+        )
+        return None
+    return vmfb
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
+    """Write `path` whole or not at all: a crash never leaves a truncated file there."""
+    handle, partial = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".partial")
+    try:
+        with os.fdopen(handle, "wb") as file:
+            file.write(data)
+        os.replace(partial, path)
+    except BaseException:
+        Path(partial).unlink(missing_ok=True)
+        raise
+
+
+def _store_module(directory: Path, key: str, vmfb: bytes, description: dict[str, str]) -> None:
+    """Cache `vmfb` under `key`; its digest is written last, so it marks a whole entry."""
+    record = {"key": key, "vmfb_sha256": hashlib.sha256(vmfb).hexdigest(), **description}
+    try:
+        _write_atomically(directory / f"{key}.vmfb", vmfb)
+        _write_atomically(directory / f"{key}.json", json.dumps(record, indent=1).encode())
+    except OSError as error:
+        log.warning("could not write to the compile cache", path=str(directory), reason=str(error))
+
+
+def flags_for_key(flags: list[str]) -> list[str]:
+    """`flags` as the cache key holds them: a `--flag=PATH` naming a file (a tuning
+    spec, say) by the file's sha256, not its path. Editing such a file recompiles; the
+    same plugin installed elsewhere (another venv, a worker's checkout) hits the cache.
+    Only absolute paths count: a value such as `sm_80` stays itself even where a file
+    of that name happens to be in the working directory."""
+    keyed = []
+    for flag in flags:
+        name, _, value = flag.partition("=")
+        path = Path(value)
+        if path.is_absolute() and path.is_file():
+            flag = f"{name}=sha256:{hashlib.sha256(path.read_bytes()).hexdigest()}"
+        keyed.append(flag)
+    return keyed
+
+
+def compile_program(stablehlo: str, backend: Backend, arch: str) -> CompiledProgram:
+    """The VMFB for `stablehlo` on `backend`/`arch`, from the cache when it is there."""
+    flags = backend.compile_flags(arch)
+    version = iree_compiler_version()
+    key_material = "\0".join([stablehlo, backend.target, *flags_for_key(flags), version])
+    key = hashlib.sha256(key_material.encode()).hexdigest()
+    directory = private_cache_dir()
+    vmfb = _cached_module(directory, key) if directory else None
+    if vmfb is not None:
+        log.info(
+            "compile cache hit, not compiling",
+            backend=backend.name,
+            arch=arch,
+            path=str(directory / f"{key}.vmfb"),
+        )
+        return CompiledProgram(vmfb, hashlib.sha256(vmfb).hexdigest(), backend.name, arch, True)
+
+    try:
+        import iree.compiler  # noqa: F401  (only to say clearly when it is missing)
+    except ImportError:
+        raise CompileError(
+            f"no IREE compiler here to compile for {backend.name}: "
+            f"pip install {COMPILER_DISTRIBUTION}=={iree_runtime_version()}"
+        ) from None
+
+    log.info("compiling with IREE", backend=backend.name, target=backend.target, arch=arch)
+    started = time.perf_counter()
+    try:
+        vmfb = compile_stablehlo(stablehlo, backend.target, flags)
+    except (CompilerFailed, CompilerHung) as error:
+        first_error = next((ln for ln in str(error).splitlines() if "error:" in ln), str(error))
+        raise CompileError(
+            f"IREE {version} failed to compile for {backend.name} ({arch}): {first_error.strip()}"
+        ) from error
+    seconds = time.perf_counter() - started
+    log.info(
+        "compiled", backend=backend.name, arch=arch, seconds=round(seconds, 1), bytes=len(vmfb)
+    )
+    if directory:
+        about = {"backend": backend.name, "target": backend.target, "arch": arch}
+        _store_module(directory, key, vmfb, {**about, "iree_compiler": version})
+    return CompiledProgram(vmfb, hashlib.sha256(vmfb).hexdigest(), backend.name, arch, False)

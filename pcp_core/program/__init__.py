@@ -1,0 +1,1 @@
+"""The training program: model, precision, inner optimizer steps, footprint, checkpoints."""

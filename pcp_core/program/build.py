@@ -1,0 +1,321 @@
+"""Building the training program: K inner steps of model + inner optimizer, as StableHLO.
+
+Parameters and optimizer state are explicit inputs and outputs, in a fixed named
+order, so the compiled program can keep them on the device between calls and both
+ends of a wire agree on what each tensor is.
+"""
+
+import contextlib
+import contextvars
+import functools
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pcp_core.models import Model
+from pcp_core.optimizers import GradientTransformation
+
+ENTRY_FUNCTION = "main"
+
+# The platform a program is being exported for while its step is traced (see
+# `export_platform`); None while the portable program (the StableHLO IREE compiles and
+# `jax_step`) is traced.
+_EXPORT_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar(
+    "pcp_export_platform", default=None
+)
+
+# Custom calls that a program exported for a platform may hold although jax does not
+# promise them stable across versions: cuDNN's fused attention (see nanogpt's
+# `_attention`). Both ends run the same jax on that platform (see pcp-xla's join check).
+PLATFORM_CUSTOM_CALLS = {
+    "cuda": ("__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxBackward"),
+}
+
+
+def export_platform() -> str | None:
+    """The jax platform ("cuda", "cpu", ...) the step being traced is exported for, or
+    None for the portable program.
+
+    A model reads it to choose a platform's own kernel where that platform has one (a
+    fused attention on CUDA) while staying one definition: the StableHLO that IREE
+    compiles, and `TrainProgram.jax_step`, are traced with None and keep the portable form.
+    """
+    return _EXPORT_PLATFORM.get()
+
+
+@contextlib.contextmanager
+def exporting_for(platform: str | None) -> Iterator[None]:
+    """Trace inside this block as `TrainProgram.export(platform)` does (see `export_platform`)."""
+    token = _EXPORT_PLATFORM.set(platform)
+    try:
+        yield
+    finally:
+        _EXPORT_PLATFORM.reset(token)
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    name: str
+    shape: tuple[int, ...]
+    dtype: str  # numpy dtype name
+
+    @property
+    def nbytes(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64)) * np.dtype(self.dtype).itemsize
+
+
+def conforming(arrays: list[Any], specs: list[TensorSpec]) -> list[np.ndarray]:
+    """`arrays` as C-contiguous arrays of their specs' dtypes; ValueError naming the
+    tensor if there are too few or too many, or one has another shape. What every
+    executor checks before it puts state on its device."""
+    if len(arrays) != len(specs):
+        raise ValueError(f"expected {len(specs)} tensors, got {len(arrays)}")
+    checked = []
+    for array, spec in zip(arrays, specs, strict=True):
+        array = np.asarray(array, dtype=spec.dtype, order="C")
+        if array.shape != spec.shape:
+            raise ValueError(f"{spec.name}: shape {array.shape}, expected {spec.shape}")
+        checked.append(array)
+    return checked
+
+
+@dataclass
+class TrainProgram:
+    """The exported program plus what callers need to feed it."""
+
+    stablehlo: str  # the K steps of a call as a loop
+    param_specs: list[TensorSpec]
+    opt_specs: list[TensorSpec]
+    steps_per_call: int
+    batch_size: int
+    block_size: int
+    jax_step: Callable[..., Any]  # the same step jitted by XLA, for parity and benchmarks
+    # The step as a jax.export.Exported for one platform ("cpu", "cuda", ...), float32
+    # products at full precision as IREE computes them (pcp-xla ships it serialized).
+    export: Callable[[str], Any]
+    init_opt_state: Callable[[list[np.ndarray]], list[np.ndarray]]
+    # The same K steps straight-line, exported on first use (see `stablehlo_for`).
+    unrolled: Callable[[], str] | None = None
+
+    def stablehlo_for(self, unrolled: bool) -> str:
+        """The StableHLO an IREE backend compiles: the loop, or with `unrolled` (a
+        backend's `Backend.unroll_steps`) the steps straight-line, where there are any."""
+        return self.unrolled() if unrolled and self.unrolled is not None else self.stablehlo
+
+    @property
+    def parameter_count(self) -> int:
+        return sum(int(np.prod(s.shape, dtype=np.int64)) for s in self.param_specs)
+
+    def opt_field_names(self, field: str) -> list[str]:
+        """The optimizer-state tensors under `field` of the state, by name ("opt" and
+        their path in the state: `opt.mu['wte']` is under `mu`)."""
+        prefix = f"opt.{field}"
+        return [
+            spec.name
+            for spec in self.opt_specs
+            if spec.name == prefix or spec.name.startswith((f"{prefix}[", f"{prefix}."))
+        ]
+
+
+def without_locations(stablehlo: str) -> str:
+    """The module re-printed without debug locations.
+
+    JAX records the caller's file and line for every op; left in, they would make the
+    compile-cache key (and so every cached VMFB) depend on where the program was
+    built from rather than on what it computes.
+    """
+    from jax.interpreters import mlir
+
+    with mlir.make_ir_context():
+        module = mlir.ir.Module.parse(stablehlo)
+        return module.operation.get_asm(enable_debug_info=False)
+
+
+def specs_of(named: Mapping[str, Any]) -> list[TensorSpec]:
+    return [
+        TensorSpec(n, tuple(int(d) for d in a.shape), np.dtype(a.dtype).name)
+        for n, a in named.items()
+    ]
+
+
+def build_train_program(
+    model: Model,
+    model_config: Mapping[str, int],
+    optimizer: GradientTransformation,
+    steps_per_call: int,
+    batch_size: int,
+    seed: int = 0,
+    precision: str = "f32",
+) -> TrainProgram:
+    """Trace and export `steps_per_call` train steps over a [K, batch, block] stack.
+
+    `precision` (see `pcp_core.program.precision`) is the model's compute precision; the
+    parameters, optimizer state and losses are float32 whatever it is.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    model.check_precision(precision)
+    example = model.init(model_config, seed)
+    names = list(example)
+    loss_of = _loss_of(model, model_config, precision)
+    opt_shapes = jax.eval_shape(optimizer.init, example)
+    opt_paths, opt_treedef = jax.tree_util.tree_flatten_with_path(opt_shapes)
+    opt_specs = [
+        TensorSpec("opt" + jax.tree_util.keystr(path), tuple(leaf.shape), np.dtype(leaf.dtype).name)
+        for path, leaf in opt_paths
+    ]
+
+    def train_step(params_tuple, opt_tuple, inputs, targets, unroll=False):
+        params = dict(zip(names, params_tuple, strict=True))
+        opt_state = jax.tree_util.tree_unflatten(opt_treedef, opt_tuple)
+
+        def one_step(carry, batch):
+            params, opt_state = carry
+            loss, grads = jax.value_and_grad(loss_of)(params, *batch)
+            updates, opt_state = optimizer.update(grads, opt_state, params)
+            params = jax.tree_util.tree_map(jnp.add, params, updates)
+            return (params, opt_state), loss
+
+        (params, opt_state), losses = jax.lax.scan(
+            one_step, (params, opt_state), (inputs, targets), unroll=unroll
+        )
+        return (
+            tuple(params[n] for n in names),
+            tuple(jax.tree_util.tree_leaves(opt_state)),
+            losses,
+        )
+
+    @jax.jit
+    def init_opt(params_tuple):
+        state = optimizer.init(dict(zip(names, params_tuple, strict=True)))
+        return tuple(jax.tree_util.tree_leaves(state))
+
+    return _exported(
+        train_step,
+        specs_of(example),
+        opt_specs,
+        (steps_per_call, batch_size, model_config["block_size"]),
+        precision,
+        init_opt_state=lambda params: [np.asarray(a) for a in init_opt(tuple(params))],
+        # The K steps unrolled, for the IREE backends that ask for it
+        # (`Backend.unroll_steps`). As a loop, on a GPU each pass copies every parameter
+        # and moment into the loop's buffers and records the step's command buffer anew;
+        # straight-line, the whole call is one command buffer that IREE records once and
+        # replays with each call's buffers (H100, gpt-b32: bf16 22.7 -> 18.0 ms a step,
+        # f32 44.8 -> 36.5; benchmarks/results/gpu/h100/bf16_trials_2026-11-23.md). It
+        # compiles several times slower (the default model for the CPU: 9 -> 50 s), so
+        # the CPU and XLA keep the loop. Both compute the same steps, op for op.
+        unrolled_step=functools.partial(train_step, unroll=True),
+    )
+
+
+def build_eval_program(
+    model: Model,
+    model_config: Mapping[str, int],
+    batches: int,
+    batch_size: int,
+    seed: int = 0,
+    precision: str = "f32",
+) -> TrainProgram:
+    """The loss of each of `batches` batches, exported like a train program whose step
+    changes nothing: the parameters come back as they went in, there is no optimizer
+    state, and the "losses" are one per batch. So every runtime builds and runs it as it
+    does training, and validation runs on a backend's device, not in JAX on the host.
+    """
+    import jax
+
+    model.check_precision(precision)
+    example = model.init(model_config, seed)
+    names = list(example)
+    loss_of = _loss_of(model, model_config, precision)
+
+    def eval_step(params_tuple, opt_tuple, inputs, targets):
+        params = dict(zip(names, params_tuple, strict=True))
+        losses = jax.lax.map(lambda batch: loss_of(params, *batch), (inputs, targets))
+        return params_tuple, opt_tuple, losses
+
+    return _exported(
+        eval_step,
+        specs_of(example),
+        [],
+        (batches, batch_size, model_config["block_size"]),
+        precision,
+        init_opt_state=lambda params: [],
+    )
+
+
+def _loss_of(model: Model, model_config: Mapping[str, int], precision: str) -> Callable:
+    options = {} if precision == "f32" else {"precision": precision}
+
+    def loss_of(params: dict[str, Any], x: Any, y: Any) -> Any:
+        return model.loss(model_config, params, x, y, **options)
+
+    return loss_of
+
+
+def _exported(
+    step: Callable,
+    param_specs: list[TensorSpec],
+    opt_specs: list[TensorSpec],
+    batch_shape: tuple[int, int, int],
+    precision: str,
+    init_opt_state: Callable[[list[np.ndarray]], list[np.ndarray]],
+    unrolled_step: Callable | None = None,
+) -> TrainProgram:
+    """`step(params, opt_state, inputs, targets)` jitted and exported for [K, batch,
+    block] token stacks; `unrolled_step`, the same computation without the loop, is
+    exported when a backend first asks for it."""
+    import jax
+    import jax.numpy as jnp
+
+    def abstract(specs: list[TensorSpec]) -> tuple[Any, ...]:
+        return tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs)
+
+    arguments = (
+        abstract(param_specs),
+        abstract(opt_specs),
+        jax.ShapeDtypeStruct(batch_shape, jnp.int32),
+        jax.ShapeDtypeStruct(batch_shape, jnp.int32),
+    )
+    jitted = jax.jit(step)
+    exported = jax.export.export(jitted)(*arguments)
+
+    @functools.cache
+    def unrolled() -> str:
+        exported_unrolled = jax.export.export(jax.jit(unrolled_step))(*arguments)
+        return without_locations(exported_unrolled.mlir_module())
+
+    def export_for(platform: str) -> Any:
+        def step_for_platform(*args: Any) -> Any:
+            # a function of its own, so jax traces it anew rather than reuse the
+            # portable trace of `jitted`: the model may choose per platform here
+            return step(*args)
+
+        allowed = [
+            jax.export.DisabledSafetyCheck.custom_call(target)
+            for target in PLATFORM_CUSTOM_CALLS.get(platform, ())
+        ]
+        with (
+            exporting_for(platform),
+            jax.default_matmul_precision("highest" if precision == "f32" else None),
+        ):
+            return jax.export.export(
+                jax.jit(step_for_platform), platforms=(platform,), disabled_checks=allowed
+            )(*arguments)
+
+    steps_per_call, batch_size, block_size = batch_shape
+    return TrainProgram(
+        stablehlo=without_locations(exported.mlir_module()),
+        param_specs=param_specs,
+        opt_specs=opt_specs,
+        steps_per_call=steps_per_call,
+        batch_size=batch_size,
+        block_size=block_size,
+        jax_step=jitted,
+        export=export_for,
+        init_opt_state=init_opt_state,
+        unrolled=unrolled if unrolled_step is not None else None,
+    )

@@ -1,0 +1,218 @@
+"""What every training role shares: resolving plugins, building and compiling the program."""
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import structlog
+
+from pcp_core.backends import Backend
+from pcp_core.config import RunConfig, to_dict
+from pcp_core.data.text import Corpus
+from pcp_core.models import Model
+from pcp_core.optimizers import InnerSettings
+from pcp_core.program import checkpoint
+from pcp_core.program.build import TrainProgram, build_eval_program, build_train_program
+from pcp_core.program.evaluation import Evaluator
+from pcp_core.program.footprint import Footprint, estimate, human_count, parameter_shapes
+from pcp_core.program.resources import require_memory
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class TrainingSetup:
+    config: RunConfig
+    model: Model
+    model_config: dict[str, int]
+    corpus: Corpus  # a text corpus (CharCorpus) or a prepared dataset (PreparedDataset)
+    program: TrainProgram
+    evaluator: Evaluator  # validation on the run's own backend (`--backend`)
+    checkpoint_error: str | None = None  # why the latest checkpoint was not written
+
+    def initial_params(self) -> list[np.ndarray]:
+        return list(self.model.init(self.model_config, self.config.seed).values())
+
+    def param_names(self) -> list[str]:
+        return [s.name for s in self.program.param_specs]
+
+    def tokens_per_step(self) -> int:
+        return self.config.batch_size * self.model_config["block_size"]
+
+    def footprint(self) -> Footprint:
+        return footprint_of(self.config, self.model_config, self.program)
+
+    def validation_loss(self, params: list[np.ndarray]) -> float:
+        """Mean loss over a fixed set of validation batches (the same every time),
+        computed by the compiled eval program on the run's backend."""
+        x, y = self.corpus.batches(
+            "validation",
+            self.config.eval_batches,
+            self.config.batch_size,
+            self.model_config["block_size"],
+            stream=(self.config.seed, 0xE7A1),
+        )
+        return self.evaluator.loss(params, x, y)
+
+    def evaluates_after(self, step: int, stride: int) -> bool:
+        """Whether to evaluate after a call or round of `stride` steps that ended at `step`:
+        at the end of the run, and each time a multiple of `eval_every` was passed."""
+        every = self.config.eval_every
+        return step >= self.config.steps or bool(every and step % every < stride)
+
+    def save_checkpoint(
+        self,
+        run_dir: Path,
+        params: list[np.ndarray],
+        step: int,
+        extra: dict[str, np.ndarray] | None = None,
+        resume: dict[str, Any] | None = None,
+    ) -> None:
+        """The parameters by name (+ `extra` tensors) and what is needed to use them, plus
+        what an algorithm needs to resume from it (`resume`)."""
+        tensors = dict(zip(self.param_names(), params, strict=True)) | (extra or {})
+        metadata = {
+            "step": step,
+            "model": self.config.model,
+            "model_config": self.model_config,
+            "tokenizer": self.corpus.tokenizer.to_json(),  # what `pcp sample` reads
+            **(resume or {}),
+        }
+        vocabulary = getattr(self.corpus, "vocabulary", None)
+        if vocabulary is not None:  # for readers from before the tokenizer was stored
+            metadata["vocabulary"] = vocabulary
+        try:
+            checkpoint.save(run_dir / "checkpoint.safetensors", tensors, metadata)
+        except checkpoint.CheckpointWriteError as error:
+            # A full disk may be freed while the run goes on: keep training, try again at
+            # the next checkpoint; the run's end says whether the last one was written.
+            self.checkpoint_error = str(error)
+            log.error(
+                "checkpoint not written; the previous one is kept, and training goes on",
+                step=step,
+                error=str(error),
+            )
+            return
+        self.checkpoint_error = None
+
+    def summary(
+        self,
+        train_loss: float,
+        val_loss: float | None,
+        tokens: int,
+        tokens_per_s: float,
+        wall_time_s: float,
+    ) -> dict[str, Any]:
+        """The summary.json fields every algorithm writes; algorithms add their own."""
+        return {
+            "final_train_loss": train_loss,
+            "final_val_loss": val_loss,
+            "unigram_entropy": self.corpus.unigram_entropy(),
+            "tokens": tokens,
+            "tokens_per_s": tokens_per_s,
+            "wall_time_s": wall_time_s,
+            "backend": self.config.backend,
+            "parameters": self.program.parameter_count,
+            "memory_estimate": self.footprint().to_dict(),
+            "checkpoint_error": self.checkpoint_error,
+            "config": to_dict(self.config),
+        }
+
+
+def inner_settings(config: RunConfig) -> InnerSettings:
+    return InnerSettings(
+        lr=config.lr,
+        min_lr=config.final_lr(),
+        warmup_steps=config.warmup_steps,
+        total_steps=config.steps,
+        weight_decay=config.weight_decay,
+        beta1=config.beta1,
+        beta2=config.beta2,
+        eps=config.eps,
+        grad_clip=config.grad_clip,
+    )
+
+
+def prepare(
+    config: RunConfig,
+    plugins: Any,
+    trainers: list[str] | None = None,
+    shepherd: bool = False,
+) -> TrainingSetup:
+    """Load the data, size the model to its vocabulary, check that the run fits this
+    machine's memory (`trainers`: the backends of the training processes started here,
+    default the run's own; `shepherd`: this process holds a distributed run's model
+    copies) and export the train program."""
+    model: Model = plugins.model(config.model)
+    optimizer = plugins.optimizer(config.optimizer)
+    if getattr(optimizer, "role", None) != "inner":
+        raise ValueError(f"optimizer {config.optimizer!r} is not an inner optimizer")
+    corpus = plugins.dataset(config.dataset).load(config.data)
+    model_config = model.config(
+        {**config.model_overrides(), "vocab_size": corpus.vocab_size}, preset=config.model_size
+    )
+    if "block_size" in model_config:
+        corpus.check_block_size(model_config["block_size"])
+    footprint = estimate(
+        parameter_shapes(model, model_config).values(), model_config, config.batch_size
+    )
+    evaluation_bytes = (
+        8 * config.eval_batches * config.batch_size * model_config.get("block_size", 1)
+    )
+    trainer_names = [config.backend] if trainers is None else trainers
+    backends = [plugins.backend(name) for name in trainer_names]
+    require_memory(footprint, backends, shepherd, evaluation_bytes)
+    program = build_train_program(
+        model,
+        model_config,
+        optimizer.build(inner_settings(config)),
+        steps_per_call=config.steps_per_call,
+        batch_size=config.batch_size,
+        seed=config.seed,
+        precision=config.precision,
+    )
+    log_model(config, model_config, program)
+
+    def build_evaluation() -> TrainProgram:
+        return build_eval_program(
+            model,
+            model_config,
+            config.eval_batches,
+            config.batch_size,
+            seed=config.seed,
+            precision=config.precision,
+        )
+
+    evaluator = Evaluator(build_evaluation, *resolve_backend(config, plugins), config.device)
+    return TrainingSetup(config, model, model_config, corpus, program, evaluator)
+
+
+def footprint_of(
+    config: RunConfig, model_config: dict[str, int], program: TrainProgram
+) -> Footprint:
+    """The parameter count and estimated memory of a training step (pcp_core.program.footprint)."""
+    return estimate(
+        [spec.shape for spec in program.param_specs],
+        model_config,
+        config.batch_size,
+        optimizer_bytes=sum(spec.nbytes for spec in program.opt_specs),
+    )
+
+
+def log_model(config: RunConfig, model_config: dict[str, int], program: TrainProgram) -> None:
+    """Say how big the model is and how much memory training it may take, before it starts."""
+    footprint = footprint_of(config, model_config, program)
+    log.info(
+        "model",
+        name=config.model,
+        **({"size": config.model_size} if config.model_size else {}),
+        parameters=human_count(footprint.parameters),
+        estimated_memory=footprint.describe_memory(),
+    )
+
+
+def resolve_backend(config: RunConfig, plugins: Any) -> tuple[Backend, str]:
+    backend: Backend = plugins.backend(config.backend)
+    backend.check_precision(config.precision)
+    return backend, backend.resolve_arch(config.target, config.device)

@@ -1,0 +1,127 @@
+"""A run from start to end, the same for `pcp train`, `pcp shepherd` and Python code:
+refuse a directory that holds another run, open the status endpoint, the metric sinks
+and the dashboard, run the algorithm, then write the summary and the loss plot.
+
+    from pcp_core import run
+    from pcp_core.config import RunConfig
+
+    summary = run.train(RunConfig(steps=100, out="runs/first"))
+"""
+
+import contextlib
+import sys
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from pcp_core import config as run_config
+from pcp_core import plugins
+from pcp_core.algorithms import RunContext
+from pcp_core.program.checkpoint import CheckpointWriteError
+from pcp_core.run.directory import (
+    earlier_run,
+    new_run_dir,
+    remove_earlier_run,
+    start_run_dir,
+    write_json,
+)
+from pcp_core.shepherd.distributed import open_endpoint
+from pcp_core.watch.dashboard import Dashboard
+from pcp_core.watch.metrics import open_metrics
+from pcp_core.watch.plots import write_loss_png
+from pcp_core.watch.run_status import RunStatus
+from pcp_core.watch.status_server import serving
+
+log = structlog.get_logger(__name__)
+
+
+def train(
+    config: run_config.RunConfig,
+    local_workers: bool = True,
+    resume: bool = False,
+    overwrite: bool = False,
+    dashboard: bool | None = None,
+) -> dict[str, Any]:
+    """Run the configured algorithm into a run directory and return its summary (with
+    `run_dir`); what `pcp train` (local workers) and `pcp shepherd` (none) call.
+
+    With `local_workers`, a distributed algorithm starts its own workers on this machine;
+    with `resume`, it continues the run in `config.out` from its checkpoint. A directory
+    that already holds a run is refused unless `resume` or `overwrite` (which deletes
+    the earlier run's files once every check has passed). `dashboard` (default: when
+    stderr is a terminal) shows the live dashboard instead of progress log lines.
+    Errors a user can fix are `pcp_core.config.ConfigError` and the others the CLI turns
+    into one line (`pcp_core.cli.common.user_errors`).
+    """
+    config = config.validate()
+    host = plugins.host()
+    algorithm = host.algorithm(config.algorithm)
+    host.model(config.model)  # unknown names fail here, before --overwrite deletes anything
+    host.dataset(config.dataset)
+    host.optimizer(config.optimizer)
+    if resume and not algorithm.resumable:
+        raise run_config.ConfigError(f"algorithm {config.algorithm!r} cannot resume a run")
+    run_dir = Path(config.out) if config.out else new_run_dir()
+    if not (resume or overwrite) and (found := earlier_run(run_dir)):
+        raise run_config.ConfigError(
+            f"{run_dir} already holds a run ({', '.join(found)}): pass --resume {run_dir} "
+            "to continue it or --overwrite to replace it, or choose another --out"
+        )
+    for name in {config.backend, *config.local_worker_backends()}:
+        host.backend(name).check_precision(config.precision)  # fail before any work
+    if local_workers:  # no worker starts, to crash and be restarted, without a device
+        for name in sorted(set(config.local_worker_backends())):
+            backend = host.backend(name)
+            backend.runner().require_device(backend, config.device)
+    if dashboard is None:
+        dashboard = sys.stderr.isatty()
+    status = RunStatus(log_progress=not dashboard)
+    status.describe(algorithm=config.algorithm, backend=config.backend, run_dir=str(run_dir))
+    with contextlib.ExitStack() as stack:
+        if algorithm.worker_round is not None:  # the secret, TLS files and port, bound now
+            endpoint = open_endpoint(config, host, local_workers)
+            stack.callback(endpoint.close)
+        else:
+            endpoint = None
+        stack.enter_context(serving(status, config.status_host, config.status_port))
+        if overwrite:
+            remove_earlier_run(run_dir)
+        start_run_dir(run_dir, config)
+        metrics = open_metrics(
+            host.metric_sinks(), run_dir, run_config.to_dict(config), resume, (status.record,)
+        )
+        stack.callback(metrics.close)
+        if dashboard:
+            stack.enter_context(Dashboard(status))
+        ctx = RunContext(
+            config=config,
+            run_dir=run_dir,
+            metrics=metrics,
+            plugins=host,
+            progress=status,
+            status=status,
+            local_workers=local_workers,
+            resume=resume,
+            endpoint=endpoint,
+        )
+        try:
+            summary = algorithm.run(ctx)
+        except KeyboardInterrupt:
+            status.set_state("interrupted", quiet=True)  # the CLI says it
+            raise
+        except BaseException:
+            status.set_state("failed", quiet=True)  # the CLI prints the error
+            raise
+        status.set_state("done")
+    try:
+        write_json(run_dir / "summary.json", summary)
+        write_loss_png(run_dir)
+    except OSError as error:
+        log.error("summary not written", run_dir=str(run_dir), error=error.strerror or str(error))
+    if summary.get("checkpoint_error"):
+        raise CheckpointWriteError(
+            f"the run trained to its end, but its last checkpoint was not written "
+            f"({summary['checkpoint_error']}); the previous one is kept"
+        )
+    return summary | {"run_dir": str(run_dir)}

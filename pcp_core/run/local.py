@@ -1,0 +1,87 @@
+"""The built-in `local` algorithm: one process trains on one device.
+
+Checkpoints at every evaluation, so an interrupted run keeps what it had learned.
+"""
+
+import time
+from typing import Any
+
+import numpy as np
+import structlog
+
+from pcp_core.algorithms import Algorithm, RunContext
+from pcp_core.config import ConfigError
+from pcp_core.program.training import prepare, resolve_backend
+
+log = structlog.get_logger(__name__)
+
+
+def run_local(ctx: RunContext) -> dict[str, Any]:
+    config = ctx.config
+    if config.steps % config.steps_per_call:
+        raise ConfigError(
+            f"steps ({config.steps}) must be a multiple of steps_per_call ({config.steps_per_call})"
+        )
+    backend, arch = resolve_backend(config, ctx.plugins)
+    setup = prepare(config, ctx.plugins)
+    program = setup.program
+    status = ctx.status
+    status.describe(model=config.model, parameters=program.parameter_count)
+    runtime = backend.runner()
+    runtime.require_device(backend, config.device)  # before compiling
+    status.worker_joined(0, "local", backend.name, arch, "this process")
+    status.worker_state(0, "compiling")
+    artifact = runtime.build(program, backend, arch)
+    executor = runtime.open(artifact.data, backend, program, config.device)
+    params = setup.initial_params()
+    executor.set_params(params)
+    executor.set_opt_state(program.init_opt_state(params))
+    log.info(
+        "training",
+        backend=backend.name,
+        arch=arch,
+        unigram_entropy=round(setup.corpus.unigram_entropy(), 3),
+    )
+
+    ctx.progress.start(config.steps, f"training on {backend.name}")
+    status.worker_state(0, "training", inner_steps=config.steps)
+    tokens_per_call = setup.tokens_per_step() * config.steps_per_call
+    block = setup.model_config["block_size"]
+    step, tokens, compute_s, val_loss = 0, 0, 0.0, None
+    for call in range(config.steps // config.steps_per_call):
+        x, y = setup.corpus.batches(
+            "train", config.steps_per_call, config.batch_size, block, stream=(config.seed, call)
+        )
+        started = time.perf_counter()
+        losses = executor.run(x, y)
+        call_s = time.perf_counter() - started
+        compute_s += call_s
+        status.worker_result(0, float(losses[-1]), config.steps_per_call, tokens_per_call, call_s)
+        step += config.steps_per_call
+        tokens += tokens_per_call
+        record: dict[str, Any] = {
+            "step": step,
+            "loss": float(losses[-1]),
+            "loss_mean": float(losses.mean()),
+            "tokens": tokens,
+            "elapsed_s": round(ctx.metrics.elapsed(), 4),
+        }
+        if not np.isfinite(losses).all():  # before a checkpoint could keep the broken params
+            raise FloatingPointError(f"loss became {losses[-1]} at step {step}; lower --lr")
+        if setup.evaluates_after(step, config.steps_per_call):
+            params = executor.params()
+            status.set_state("evaluating", step=step)
+            val_loss = setup.validation_loss(params)
+            status.set_state("training", step=step)
+            record["val_loss"] = val_loss
+            setup.save_checkpoint(ctx.run_dir, params, step)
+        ctx.metrics.write(record)
+        ctx.progress.update(step, loss=record["loss"], tokens_per_s=tokens / compute_s)
+
+    summary = setup.summary(
+        float(losses[-1]), val_loss, tokens, tokens / compute_s, ctx.metrics.elapsed()
+    )
+    return summary | {"arch": arch, "compile_cache_hit": artifact.cache_hit}
+
+
+LOCAL = Algorithm(name="local", run=run_local, description="single process, single device")

@@ -1,0 +1,1 @@
+"""The shepherd: admission, rounds, aggregation, the outer-step guard, the session."""

@@ -1,0 +1,221 @@
+"""What every distributed algorithm's shepherd side shares: the secret policy, the
+listener, and the local workers of the one-command form (`pcp train --workers N`)."""
+
+import collections
+import contextlib
+import errno
+import os
+import ssl
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from pcp_core.algorithms import RunContext
+from pcp_core.config import ConfigError, RunConfig
+from pcp_core.iree.malloc import retaining_env
+from pcp_core.program.training import TrainingSetup
+from pcp_core.shepherd.admission import Admission
+from pcp_core.shepherd.session import Limits, Shepherd
+from pcp_core.wire import auth
+from pcp_core.wire.liveness import heartbeat_interval
+from pcp_core.wire.transport import Listener, TransportOptions
+from pcp_core.worker.supervisor import LocalWorkers
+
+log = structlog.get_logger(__name__)
+
+DEFAULT_PORT = 7433
+
+
+def listener_options(config: RunConfig) -> TransportOptions:
+    """Server-side TLS only: workers prove who they are with the shared secret. Every read
+    waits at most --worker-timeout: heartbeats come four times as often."""
+    if (config.tls_cert is None) != (config.tls_key is None):
+        raise ConfigError("TLS needs both --tls-cert and --tls-key")
+    return TransportOptions(
+        timeout_s=config.worker_timeout, tls_cert=config.tls_cert, tls_key=config.tls_key
+    )
+
+
+@dataclass
+class Endpoint:
+    """A shepherd's secret and bound listener, opened before any heavy work so that a
+    missing secret, a busy port or a bad TLS file stops the run at once."""
+
+    secret: bytes | None  # None: one is generated for loopback workers (`shepherd`)
+    listener: Listener
+
+    def close(self) -> None:
+        self.listener.close()
+
+
+def open_endpoint(config: RunConfig, plugins: Any, local_workers: bool) -> Endpoint:
+    """Check the secret policy and the TLS files, and bind the listener.
+
+    A shepherd never listens beyond loopback without a configured secret. Errors are
+    ConfigErrors of one line naming the flag or file at fault.
+    """
+    for flag, path in (
+        ("--tls-cert", config.tls_cert),
+        ("--tls-key", config.tls_key),
+        ("--tls-ca", config.tls_ca),
+    ):
+        if path is not None and not Path(path).is_file():
+            raise ConfigError(f"{flag} {path}: no such file")
+    options = listener_options(config)
+    try:
+        secret = auth.load_secret(config.token_file)
+    except auth.AuthError as error:
+        raise ConfigError(str(error)) from None
+    if secret is None and not auth.is_loopback(config.host):
+        raise ConfigError(
+            f"refusing to listen on {config.host} without a shared secret: "
+            "pass --token-file FILE or set PCP_TOKEN"
+        )
+    port = config.port if config.port is not None else (0 if local_workers else DEFAULT_PORT)
+    transport = plugins.transport(config.transport)
+    try:
+        listener = transport.listen(config.host, port, options)
+    except ssl.SSLError as error:
+        raise ConfigError(
+            f"--tls-cert {config.tls_cert} and --tls-key {config.tls_key} do not make a "
+            f"usable TLS key pair: {error.reason or error}"
+        ) from None
+    except OSError as error:
+        busy = error.errno == errno.EADDRINUSE
+        hint = " (is another shepherd running there? pick another --port)" if busy else ""
+        # without the "(while attempting to bind on address ...)" socket.create_server adds
+        why = (error.strerror or str(error)).split(" (while attempting")[0]
+        raise ConfigError(f"cannot listen on {config.host}:{port}: {why or error}{hint}") from None
+    return Endpoint(secret, listener)
+
+
+def generated_secret(run_dir: Path, announce: bool) -> bytes:
+    """A fresh secret for loopback workers, written to RUN_DIR/token (mode 0600)."""
+    secret = auth.generate_secret()
+    token_path = run_dir / "token"
+    descriptor = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        os.fchmod(file.fileno(), 0o600)  # an existing file keeps its mode otherwise
+        file.write(secret)
+    if announce:
+        log.info("generated a shared secret for loopback workers", token_file=str(token_path))
+    return secret
+
+
+def local_devices(config: RunConfig, plugins: Any) -> list[int | None]:
+    """The device index of each local worker: --device for all of them when given, else
+    the workers of one backend take its devices in turn, so two cuda workers on a
+    machine with two GPUs get one each."""
+    backends = config.local_worker_backends()
+    if config.device is not None:
+        return [config.device] * len(backends)
+    counts: dict[str, int] = {}
+    for name in {b for b in backends if backends.count(b) > 1}:
+        backend = plugins.backend(name)
+        counts[name] = max(1, len(backend.runner().describe_devices(backend)["devices"]))
+    taken: collections.Counter[str] = collections.Counter()
+    devices: list[int | None] = []
+    for name in backends:
+        devices.append(taken[name] % counts[name] if name in counts else None)
+        taken[name] += 1
+    return devices
+
+
+def worker_command(
+    config: RunConfig,
+    address: tuple[str, int],
+    backend: str,
+    state_dir: Path,
+    device: int | None = None,
+) -> list[str]:
+    """The command line of one local worker (supervised by this process, so no restarts).
+
+    `device` (see `local_devices`) goes to the worker whatever its backend, as the run
+    checked --device for each before starting them; --target only to those of the run's
+    backend."""
+    connect = f"{address[0]}:{address[1]}"
+    command = [sys.executable, "-m", "pcp_core", "worker", "--connect", connect]
+    command += ["--backend", backend, "--transport", config.transport, "--restarts", "0"]
+    command += ["--timeout", str(config.worker_timeout), "--state-dir", str(state_dir)]
+    if device is not None:
+        command += ["--device", str(device)]
+    if config.target and backend == config.backend:
+        command += ["--target", config.target]
+    if config.tls_ca:
+        command += ["--tls-ca", str(config.tls_ca)]
+    if config.data is not None and Path(config.data).is_dir():  # a prepared dataset: read it
+        command += ["--data", str(config.data)]
+    return command
+
+
+@contextlib.contextmanager
+def shepherd(ctx: RunContext, setup: TrainingSetup, settings: dict[str, Any]) -> Iterator[Shepherd]:
+    """A listening shepherd (plus local workers in the one-command form), closed on exit.
+
+    It listens on `ctx.endpoint` when the caller opened one before building the program
+    (the CLI does, see `open_endpoint`), else opens its own.
+
+    `settings` go to every worker with its program: the algorithm's name under
+    "algorithm", a "run_id" that a worker's saved inner state must match, and anything
+    else the algorithm's worker side reads.
+    """
+    config = ctx.config
+    setup.evaluator.require_device()  # validation runs on the shepherd's --backend
+    endpoint = ctx.endpoint or open_endpoint(config, ctx.plugins, ctx.local_workers)
+    secret = endpoint.secret or generated_secret(ctx.run_dir, announce=not ctx.local_workers)
+    listener = endpoint.listener
+    admission = Admission(
+        setup=setup,
+        listener=listener,
+        secret=secret,
+        plugins=ctx.plugins,
+        settings=settings,
+        heartbeat_s=heartbeat_interval(config.worker_timeout),
+        serves=config.served(),
+        status=ctx.status,
+    )
+    limits = Limits(
+        min_workers=config.min_workers,
+        worker_timeout_s=config.worker_timeout,
+        round_timeout_s=config.round_timeout,
+        join_timeout_s=config.join_timeout,
+    )
+    node = Shepherd(admission, limits)
+    node.start()
+    log.info(
+        "shepherd listening",
+        address=f"{listener.address[0]}:{listener.address[1]}",
+        transport=config.transport,
+        waiting_for=config.workers,
+    )
+    workers: contextlib.AbstractContextManager = contextlib.nullcontext()
+    if ctx.local_workers:
+        env = {**retaining_env(), auth.TOKEN_ENV: secret.decode()}
+        backends, devices = config.local_worker_backends(), local_devices(config, ctx.plugins)
+        commands = [
+            worker_command(config, listener.address, backend, ctx.run_dir / f"worker-{i}", device)
+            for i, (backend, device) in enumerate(zip(backends, devices, strict=True))
+        ]
+        workers = LocalWorkers(commands, env, Path(ctx.run_dir))
+    try:
+        with workers as local:
+            if local is not None:
+                node.still_coming = local.any_running
+            reason = "interrupted"
+            try:
+                yield node
+                reason = "done"
+            except KeyboardInterrupt:
+                reason = "interrupted (Ctrl-C on the shepherd)"
+                raise
+            except BaseException as error:
+                reason = f"the shepherd failed: {type(error).__name__}: {error}"
+                raise
+            finally:
+                node.close(reason)
+    finally:
+        listener.close()

@@ -1,0 +1,255 @@
+"""One attempt at a round: assign, collect reports until the deadline, check, fetch, sum.
+
+1. Every live worker gets its Assignment (the global parameters); each reports a
+   `Result` (losses and its pseudo-gradient's norm, no tensors) when done.
+2. The round closes when every worker has reported, or at the deadline: a worker still
+   busy then is disconnected (it reconnects and is taken into a later round); one that
+   went silent was already cut off by the read deadline (`pcp_core.wire.liveness`). A round
+   without a deadline of its own (the first) gets one when its first report arrives:
+   DEADLINE_FACTOR times that report's time plus the worker timeout.
+3. Each report is checked (`pcp_core.shepherd.aggregation`): for this round, finite, no second
+   report from the same worker, not from a worker excluded from the round (its last
+   result made the outer step implausible, `pcp_core.shepherd.step_guard`), a norm in line with
+   the others'. A refused worker is
+   told why (`Discard`) and stays connected.
+4. The accepted pseudo-gradients are fetched, a few at a time into staging buffers,
+   checked whole and only then added into the sum.
+"""
+
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+
+import numpy as np
+import structlog
+
+from pcp_core.shepherd.admission import WorkerLink
+from pcp_core.shepherd.aggregation import (
+    BadResult,
+    DeltaSink,
+    MalformedDelta,
+    NonFinite,
+    NormBound,
+    RunningSum,
+    StagingPool,
+    check_delta,
+    check_result,
+)
+from pcp_core.watch.run_status import RunStatus
+from pcp_core.wire.messages import Assignment, Delta, Discard, Failure, Fetch, Result, Tensor
+from pcp_core.wire.transport import TransportError
+
+log = structlog.get_logger(__name__)
+
+DEADLINE_FACTOR = 3.0
+
+
+@dataclass
+class RoundOutcome:
+    round: int
+    attempt: int
+    results: dict[int, Result] = field(default_factory=dict)  # accepted, by worker index
+    senders: dict[int, str] = field(default_factory=dict)  # their worker names, by index
+    rejected: dict[int, str] = field(default_factory=dict)  # worker index -> why
+    non_finite: set[int] = field(default_factory=set)  # rejected for NaN or Inf
+    lost: list[WorkerLink] = field(default_factory=list)  # disconnected: dead, late, broken
+    bytes_sent: int = 0
+    bytes_received: int = 0
+    report_s: float = 0.0  # assignments out to the last report (or the deadline)
+    seconds: float = 0.0  # the whole attempt, fetching the deltas included
+
+
+@dataclass
+class RoundPlan:
+    round: int
+    attempt: int
+    params: list[np.ndarray]
+    assignments: dict[int, Assignment]  # worker index -> its assignment, tensors empty
+    deadline_s: float | None  # None: set by the first report (see the module docstring)
+    worker_timeout_s: float
+    status: RunStatus = field(default_factory=lambda: RunStatus(log_progress=False))
+    excluded: dict[str, str] = field(default_factory=dict)  # worker name -> why refused
+
+
+def run_attempt(
+    plan: RoundPlan,
+    links: list[WorkerLink],
+    total: RunningSum,
+    staging: StagingPool,
+    bound: NormBound,
+) -> RoundOutcome:
+    outcome = RoundOutcome(plan.round, plan.attempt)
+    before = {link.index: (link.conn.bytes_sent, link.conn.bytes_received) for link in links}
+    started = time.perf_counter()
+    reports = _collect_reports(plan, links, staging, outcome)
+    outcome.report_s = time.perf_counter() - started
+    accepted = _check_reports(plan, reports, bound, outcome)
+    _fetch(plan, accepted, total, staging, outcome)
+    outcome.seconds = time.perf_counter() - started
+    for link in links:
+        sent, received = before[link.index]
+        outcome.bytes_sent += link.conn.bytes_sent - sent
+        outcome.bytes_received += link.conn.bytes_received - received
+    return outcome
+
+
+def _collect_reports(
+    plan: RoundPlan, links: list[WorkerLink], staging: StagingPool, outcome: RoundOutcome
+) -> list[tuple[WorkerLink, Result]]:
+    tensors = [Tensor(s.name, p) for s, p in zip(staging.specs, plan.params, strict=True)]
+
+    def exchange(link: WorkerLink) -> Result | None:
+        assignment = plan.assignments[link.index]
+        assignment.tensors = tensors
+        link.conn.send(assignment)
+        plan.status.worker_state(
+            link.index, "training", plan.round, inner_steps=assignment.inner_steps
+        )
+        reply = link.conn.receive()
+        plan.status.worker_state(link.index, "reporting", plan.round)
+        if isinstance(reply, Failure):
+            log.warning("worker failed", worker=link.label, reason=reply.reason)
+            return None
+        if not isinstance(reply, Result):
+            raise TransportError(f"expected a Result, got {type(reply).__name__}")
+        return reply
+
+    reports = []
+    with ThreadPoolExecutor(max_workers=len(links), thread_name_prefix="pcp-round") as pool:
+        futures = {pool.submit(exchange, link): link for link in links}
+        late = _wait_for_reports(set(futures), plan)
+        done = set(futures) - late
+        for future in late:
+            link = futures[future]
+            log.warning(
+                "worker missed the round deadline; disconnecting it",
+                worker=link.label,
+                round=plan.round,
+                deadline_s=round(plan.deadline_s or 0, 1),
+            )
+            link.conn.close()  # wakes its exchange; it reconnects and rejoins
+            outcome.lost.append(link)
+        for future in done:
+            link = futures[future]
+            try:
+                result = future.result()
+            except (TransportError, OSError) as error:
+                _lose(link, plan, error, outcome)
+                continue
+            if result is None:
+                outcome.rejected[link.index] = "the worker reported a failure"
+                plan.status.worker_state(link.index, "ready", plan.round)
+            else:
+                reports.append((link, result))
+    return sorted(reports, key=lambda report: report[0].index)
+
+
+def _wait_for_reports(pending: set[Future], plan: RoundPlan) -> set[Future]:
+    """Wait for the exchanges until the deadline; the ones still running then."""
+    started, deadline = time.monotonic(), plan.deadline_s
+    while pending:
+        timeout = None if deadline is None else max(started + deadline - time.monotonic(), 0)
+        done, pending = wait(pending, timeout, return_when=FIRST_COMPLETED)
+        if not done:
+            return pending
+        if deadline is None:
+            deadline = DEADLINE_FACTOR * (time.monotonic() - started) + plan.worker_timeout_s
+            plan.deadline_s = deadline
+    return pending
+
+
+def _check_reports(
+    plan: RoundPlan,
+    reports: list[tuple[WorkerLink, Result]],
+    bound: NormBound,
+    outcome: RoundOutcome,
+) -> list[tuple[WorkerLink, Result]]:
+    """The reports that may be fetched; the others are refused and told why."""
+    fine, senders = [], set()
+    for link, result in reports:
+        try:
+            name = link.hello.worker_name
+            if name in senders:
+                raise BadResult(f"duplicate sender: {name} already reported")
+            if name in plan.excluded:
+                raise BadResult(f"excluded from this round: {plan.excluded[name]}")
+            check_result(result, plan.round, plan.attempt)
+            senders.add(name)
+            fine.append((link, result))
+        except BadResult as error:
+            _refuse(link, plan, error, outcome)
+    limit = bound.limit([result.norm for _, result in fine])
+    accepted = []
+    for link, result in fine:
+        try:
+            bound.check(result.norm, limit)
+            accepted.append((link, result))
+        except BadResult as error:
+            _refuse(link, plan, error, outcome)
+    return accepted
+
+
+def _lose(link: WorkerLink, plan: RoundPlan, error: Exception, outcome: RoundOutcome) -> None:
+    log.warning("worker lost", worker=link.label, round=plan.round, error=str(error))
+    link.conn.close()
+    outcome.lost.append(link)
+
+
+def _reject(link: WorkerLink, plan: RoundPlan, error: Exception, outcome: RoundOutcome) -> None:
+    log.warning("result rejected", worker=link.label, round=plan.round, reason=str(error))
+    outcome.rejected[link.index] = str(error)
+    if isinstance(error, NonFinite):
+        outcome.non_finite.add(link.index)
+
+
+def _refuse(link: WorkerLink, plan: RoundPlan, error: BadResult, outcome: RoundOutcome) -> None:
+    """Reject the result and tell the worker, which stays connected."""
+    _reject(link, plan, error, outcome)
+    try:
+        link.conn.send(Discard(plan.round, plan.attempt, str(error)))
+    except (TransportError, OSError):
+        link.conn.close()
+        outcome.lost.append(link)
+        return
+    plan.status.worker_state(link.index, "ready", plan.round)
+
+
+def _fetch(
+    plan: RoundPlan,
+    accepted: list[tuple[WorkerLink, Result]],
+    total: RunningSum,
+    staging: StagingPool,
+    outcome: RoundOutcome,
+) -> None:
+    def fetch(link: WorkerLink, result: Result) -> None:
+        with staging.buffer() as arrays:
+            try:
+                link.conn.send(Fetch(plan.round, plan.attempt))
+                sink = DeltaSink(arrays, staging.specs)
+                reply = link.conn.receive(sink)
+                if not isinstance(reply, Delta):
+                    raise TransportError(f"expected a Delta, got {type(reply).__name__}")
+                if (reply.round, reply.attempt) != (plan.round, plan.attempt):
+                    raise BadResult(f"delta for round {reply.round}, fetched for {plan.round}")
+                check_delta(arrays, sink.filled_count, result.norm)
+            except MalformedDelta as error:  # the transport has closed the connection
+                _reject(link, plan, error, outcome)
+                outcome.lost.append(link)
+                return
+            except (TransportError, OSError) as error:
+                _lose(link, plan, error, outcome)
+                return
+            except BadResult as error:
+                _refuse(link, plan, error, outcome)
+                return
+            total.add(arrays)
+        outcome.results[link.index] = result
+        outcome.senders[link.index] = link.hello.worker_name
+        plan.status.worker_state(link.index, "ready", plan.round)
+
+    if not accepted:
+        return
+    workers = min(len(accepted), staging.count)  # more would only wait for a buffer
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pcp-fetch") as pool:
+        for future in [pool.submit(fetch, link, result) for link, result in accepted]:
+            future.result()

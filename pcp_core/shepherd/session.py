@@ -1,0 +1,275 @@
+"""The shepherd: the workers it holds, and rounds that survive losing some of them.
+
+Admission (`pcp_core.shepherd.admission`) brings workers in on background threads; a round
+(`pcp_core.shepherd.rounds`) runs on the workers connected when it starts. This module decides
+when a round may run and whether its outcome counts:
+
+- at least `min_workers` accepted results make a round; the average is over those;
+- below that, the round is tried again (a new attempt) while enough workers are
+  connected, or the shepherd waits for workers to (re)join, up to `join_timeout`;
+- a round's deadline is `round_timeout` if set, else three times the median duration of
+  the last rounds plus `worker_timeout`; the first round's is set by its first report
+  (`pcp_core.shepherd.rounds`).
+"""
+
+import contextlib
+import queue
+import statistics
+import time
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import structlog
+
+from pcp_core.shepherd.admission import Admission, WorkerLink
+from pcp_core.shepherd.aggregation import NormBound, RunningSum, StagingPool
+from pcp_core.shepherd.rounds import DEADLINE_FACTOR, RoundOutcome, RoundPlan, run_attempt
+from pcp_core.wire.messages import Assignment, Stop
+from pcp_core.wire.transport import TransportError
+
+log = structlog.get_logger(__name__)
+
+ATTEMPTS = 3  # attempts in a row that lose no worker yet miss the quorum: the run fails
+DEADLINE_HISTORY = 5  # rounds whose duration sets the next deadline
+
+
+class RoundFailed(RuntimeError):
+    """A round could not reach its quorum, though enough workers were connected."""
+
+
+class NotEnoughWorkers(RuntimeError):
+    """Too few workers joined in time, and no more are coming."""
+
+
+@dataclass
+class Limits:
+    """How long to wait for whom, and how many results make a round."""
+
+    min_workers: int = 1
+    worker_timeout_s: float = 30.0
+    round_timeout_s: float | None = None  # None: derived from earlier rounds
+    join_timeout_s: float | None = 600.0
+
+
+@dataclass
+class Shepherd:
+    admission: Admission
+    limits: Limits = field(default_factory=Limits)
+    links: dict[int, WorkerLink] = field(default_factory=dict)
+    still_coming: Callable[[], bool] = lambda: True  # may more workers still join?
+    _durations: deque[float] = field(default_factory=lambda: deque(maxlen=DEADLINE_HISTORY))
+    _bound: NormBound = field(default_factory=NormBound)
+    _staging: StagingPool | None = None
+    _sums: list[np.ndarray] = field(default_factory=list)  # a round's, float64
+    _stop_reason: str = "done"
+
+    @property
+    def setup_bytes(self) -> int:
+        return self.admission.setup_bytes
+
+    def shards_served(self) -> dict[str, Any]:
+        """A prepared dataset's shards sent to workers that did not have them: bytes in
+        all, and the shard names by worker index."""
+        admission = self.admission
+        fetched = {str(i): names for i, names in sorted(admission.shards_fetched.items())}
+        return {"shard_bytes": admission.shard_bytes, "shards_fetched": fetched}
+
+    def start(self) -> None:
+        self.admission.stop_late = self.stop_joined
+        self.admission.start()
+
+    # -- who takes part -------------------------------------------------------------------
+
+    def admit_returning(self) -> None:
+        """Take in workers that (re)joined since the last round."""
+        while True:
+            try:
+                link = self.admission.joined.get_nowait()
+            except queue.Empty:
+                return
+            self._take(link)
+
+    def _take(self, link: WorkerLink) -> None:
+        """Take a joined worker into the next rounds, unless a connected worker has its
+        name: names are unique (a default one holds the host and pid, so a restarted
+        worker has a new one), and a newcomer must not push a working worker out."""
+        for old in self.links.values():
+            if old.hello.worker_name == link.hello.worker_name:
+                log.warning(
+                    "a worker of that name is already connected; refusing the newcomer",
+                    worker=link.label,
+                )
+                with contextlib.suppress(TransportError, OSError):
+                    link.conn.send(Stop(f"a worker named {link.hello.worker_name} is connected"))
+                link.conn.close()
+                self.admission.status.worker_state(link.index, "dead")
+                self.admission.release_index(link.index)
+                return
+        self.links[link.index] = link
+
+    def wait_for_workers(self, count: int, timeout_s: float | None = None) -> None:
+        """Block until `count` workers are connected (and have their program).
+
+        Gives up after `timeout_s`, or as soon as `still_coming()` says no more will come
+        (the one-command form's local workers have all exited).
+        """
+        self.admit_returning()
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while len(self.links) < count:
+            remaining = 1.0 if deadline is None else max(deadline - time.monotonic(), 0)
+            try:
+                self._take(self.admission.joined.get(timeout=min(remaining, 1.0)))
+            except queue.Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise NotEnoughWorkers(
+                        f"only {len(self.links)} of {count} workers connected "
+                        f"within {timeout_s:.0f} s"
+                    ) from None
+                if not self.still_coming():
+                    raise NotEnoughWorkers(
+                        f"only {len(self.links)} of {count} workers connected and no more "
+                        "are coming; see the worker logs in the run directory"
+                    ) from None
+
+    def _drop(self, link: WorkerLink) -> None:
+        link.conn.close()
+        if self.links.get(link.index) is link:
+            self.admission.status.worker_state(link.index, "dead")
+            del self.links[link.index]
+            self.admission.release_index(link.index)
+
+    # -- rounds ---------------------------------------------------------------------------
+
+    def run_round(
+        self,
+        round_index: int,
+        params: list[np.ndarray],
+        delta_mean: list[np.ndarray],
+        assignment_for: Callable[[int], Assignment],
+        excluded: dict[str, str] | None = None,
+        first_attempt: int = 0,
+    ) -> RoundOutcome:
+        """The mean of the accepted pseudo-gradients of a round, into `delta_mean`.
+
+        `assignment_for(worker_index)` gives each worker its assignment (its `attempt` is
+        set here); results from the workers named in `excluded` are refused, with the
+        reason given there. Returns once at least `min_workers` results were accepted.
+        Attempts are numbered from `first_attempt` (a round run again after its outer step
+        was rolled back goes on counting, so no earlier result passes for a new one).
+        """
+        specs = self.admission.setup.program.param_specs
+        if self._staging is None:
+            self._staging = StagingPool(specs)
+            self._sums = [np.zeros(spec.shape, np.float64) for spec in specs]
+        attempt, refused_only = first_attempt, 0
+        while True:
+            self._wait_for_quorum(round_index)
+            links = sorted(self.links.values(), key=lambda link: link.index)
+            assignments = {}
+            for link in links:
+                assignments[link.index] = assignment_for(link.index)
+                assignments[link.index].attempt = attempt
+            plan = RoundPlan(
+                round_index,
+                attempt,
+                params,
+                assignments,
+                self._deadline(),
+                self.limits.worker_timeout_s,
+                self.admission.status,
+                dict(excluded or {}),
+            )
+            total = RunningSum(self._sums)
+            outcome = run_attempt(plan, links, total, self._staging, self._bound)
+            for link in outcome.lost:
+                self._drop(link)
+            if len(outcome.results) >= self.limits.min_workers:
+                total.mean_into(delta_mean)
+                self._durations.append(outcome.report_s)
+                self._bound.remember([r.norm for r in outcome.results.values()])
+                return outcome
+            every_one_non_finite = outcome.non_finite and outcome.non_finite == set(
+                outcome.rejected
+            )
+            if not outcome.results and every_one_non_finite:
+                raise FloatingPointError(
+                    f"round {round_index}: every result was NaN or Inf, the run diverged; "
+                    "lower --lr"
+                )
+            refused_only = 0 if outcome.lost else refused_only + 1
+            if refused_only >= ATTEMPTS:
+                raise RoundFailed(
+                    f"round {round_index}: {ATTEMPTS} attempts in a row ended with fewer than "
+                    f"--min-workers {self.limits.min_workers} accepted results "
+                    f"(refused: {outcome.rejected or 'none'})"
+                )
+            log.warning(
+                "round below quorum; "
+                + (
+                    "trying it again"
+                    if len(self.links) >= self.limits.min_workers
+                    else "waiting for workers, then trying it again"
+                ),
+                round=round_index,
+                attempt=attempt,
+                accepted=len(outcome.results),
+                min_workers=self.limits.min_workers,
+                connected=len(self.links),
+            )
+            attempt += 1
+
+    def rolled_back(self) -> None:
+        """The last round's outer step was undone: its norms are no reference for later
+        rounds' (they may hold the very outlier that caused it)."""
+        self._bound.forget_last()
+
+    def _wait_for_quorum(self, round_index: int) -> None:
+        self.admit_returning()
+        if len(self.links) >= self.limits.min_workers:
+            return
+        log.warning(
+            "waiting for workers",
+            round=round_index,
+            connected=len(self.links),
+            min_workers=self.limits.min_workers,
+            timeout_s=self.limits.join_timeout_s,
+        )
+        self.wait_for_workers(self.limits.min_workers, self.limits.join_timeout_s)
+        log.info("enough workers again", round=round_index, connected=len(self.links))
+
+    def _deadline(self) -> float | None:
+        if self.limits.round_timeout_s is not None:
+            return self.limits.round_timeout_s
+        if not self._durations:
+            return None
+        typical = statistics.median(self._durations)
+        return DEADLINE_FACTOR * typical + self.limits.worker_timeout_s
+
+    # -- the end --------------------------------------------------------------------------
+
+    def close(self, reason: str = "done") -> None:
+        """Tell every worker to stop, those that joined too late for a round included,
+        then close all connections and the listener."""
+        self._stop_reason = reason
+        self.admission.closing.set()
+        for link in list(self.links.values()):
+            self._stop(link)
+        self.links.clear()
+        self.stop_joined()
+        self.admission.listener.close()
+
+    def stop_joined(self) -> None:
+        """Stop the workers that joined but were not taken into a round yet."""
+        while True:
+            try:
+                self._stop(self.admission.joined.get_nowait())
+            except queue.Empty:
+                return
+
+    def _stop(self, link: WorkerLink) -> None:
+        with contextlib.suppress(TransportError, OSError):
+            link.conn.send(Stop(self._stop_reason))
+        link.conn.close()

@@ -1,0 +1,1 @@
+"""Watching a run: metrics records and sinks, run status, the status endpoint, dashboard, plots."""

@@ -1,0 +1,1 @@
+"""What crosses the network: messages, the transport contract, sealed channel, liveness, auth."""

@@ -1,0 +1,214 @@
+"""The shepherd–worker protocol as transport-independent messages.
+
+A transport plugin turns these into bytes. Scalars and text are metadata; every
+array, including the VMFB and the token stream, is a `Tensor` that travels as raw
+little-endian bytes after the metadata.
+
+A session: worker → Hello; shepherd → Challenge; worker → Proof; shepherd → Welcome
+(or Reject); shepherd → Setup (program, data or the data shards assigned to the worker,
+optimizer state); a worker without those shards on its disk asks for each with a
+ShardRequest and gets it as ShardData chunks; worker → Ready once the program is loaded
+(or Failure); then per round
+shepherd → Assignment (global params), worker → Result (losses and the pseudo-gradient's
+norm, no tensors), shepherd → Fetch (or Discard), worker → Delta (the pseudo-gradient);
+finally shepherd → Stop. After the Welcome both sides send a Heartbeat every
+`Welcome.heartbeat_s` while they have nothing else to say, so each can tell a silent
+peer from a busy one. Every message after the Welcome, in both directions, is followed by
+a Seal that authenticates it (`pcp_core.wire.channel`).
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PROTOCOL_VERSION = 4
+
+
+@dataclass
+class Tensor:
+    name: str
+    array: np.ndarray
+
+
+@dataclass
+class Hello:
+    worker_name: str
+    backend: str
+    arch: str
+    runtime: str  # JSON: what its backend's runtime reports (versions, platform)
+    device: str = ""
+    previous_index: int = -1  # the index it had before a restart (its state is for that)
+
+
+@dataclass
+class Challenge:
+    nonce: bytes
+
+
+@dataclass
+class Proof:
+    mac: bytes  # HMAC(secret, shepherd's nonce + worker's nonce)
+    nonce: bytes  # the worker's nonce, so it can check the shepherd knows the secret too
+
+
+@dataclass
+class Welcome:
+    worker_index: int
+    mac: bytes  # HMAC(secret, worker's nonce + shepherd's nonce)
+    heartbeat_s: float = 5.0  # both sides send a Heartbeat at least this often
+
+
+@dataclass
+class Reject:
+    reason: str
+
+
+@dataclass
+class Setup:
+    """Everything a worker needs once: program, run settings, data, inner-optimizer state."""
+
+    artifact_kind: str  # the backend runtime's kind: "iree-vmfb", "xla-export"
+    artifact_sha256: str
+    settings_json: str  # run settings (batch, block, steps per call, specs, data shards)
+    # "artifact", the opt state, and "tokens" for a text corpus (a prepared dataset's
+    # shards are named in the settings instead, and fetched one by one)
+    tensors: list[Tensor] = field(default_factory=list)
+
+
+@dataclass
+class ShardRequest:
+    """A worker asks for one of the data shards its Setup assigned it."""
+
+    name: str
+
+
+@dataclass
+class ShardData:
+    """One chunk of a requested shard: its bytes from `offset`, `size` bytes in all."""
+
+    name: str
+    offset: int
+    size: int
+    tensors: list[Tensor] = field(default_factory=list)  # "bytes": uint8
+
+
+@dataclass
+class Ready:
+    """The worker loaded the Setup's program (compiled it, where its runtime compiles)
+    and can take rounds: the shepherd counts it in a round only from now on."""
+
+
+@dataclass
+class Assignment:
+    round: int
+    inner_steps: int
+    shard_index: int
+    shard_count: int
+    seed: int
+    tensors: list[Tensor] = field(default_factory=list)  # global params
+    attempt: int = 0  # a retried round has the same round and a new attempt
+
+
+@dataclass
+class Result:
+    """A finished round, without its tensors: the shepherd decides whether to fetch them."""
+
+    round: int
+    attempt: int
+    losses: list[float]
+    compute_s: float
+    norm: float  # ‖θ_global − θ_local‖, checked against the tensors when they arrive
+
+
+@dataclass
+class Fetch:
+    """The shepherd wants the pseudo-gradient of a Result."""
+
+    round: int
+    attempt: int
+
+
+@dataclass
+class Discard:
+    """The shepherd refuses a Result (or is done with the round without it)."""
+
+    round: int
+    attempt: int
+    reason: str
+
+
+@dataclass
+class Delta:
+    round: int
+    attempt: int
+    tensors: list[Tensor] = field(default_factory=list)  # pseudo-gradient θ_global − θ_local
+
+
+@dataclass
+class Heartbeat:
+    """Nothing to say, but alive."""
+
+
+@dataclass
+class Seal:
+    """Authenticates the message just before it (see `pcp_core.wire.channel`)."""
+
+    mac: bytes  # HMAC-SHA256 under the direction's session key
+
+
+@dataclass
+class Stop:
+    reason: str = "done"
+
+
+@dataclass
+class Failure:
+    """A worker reports that it could not do what was asked (load, run, ...)."""
+
+    reason: str
+
+
+Message = (
+    Hello
+    | Challenge
+    | Proof
+    | Welcome
+    | Reject
+    | Setup
+    | ShardRequest
+    | ShardData
+    | Ready
+    | Assignment
+    | Result
+    | Fetch
+    | Discard
+    | Delta
+    | Heartbeat
+    | Seal
+    | Stop
+    | Failure
+)
+MESSAGE_TYPES: tuple[type, ...] = (
+    Hello,
+    Challenge,
+    Proof,
+    Welcome,
+    Reject,
+    Setup,
+    Assignment,
+    Result,
+    Stop,
+    Failure,
+    Fetch,
+    Discard,
+    Delta,
+    Heartbeat,
+    Seal,
+    Ready,
+    ShardRequest,
+    ShardData,
+)
+
+
+def tensors_of(message: object) -> list[Tensor]:
+    return list(getattr(message, "tensors", []))

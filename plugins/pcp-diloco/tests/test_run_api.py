@@ -1,0 +1,31 @@
+"""A DiLoCo run with two local workers, started from Python without the CLI."""
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from pcp_core import run
+from pcp_core.config import RunConfig
+
+pytestmark = pytest.mark.slow
+
+
+def test_a_diloco_run_from_python(tmp_path: Path) -> None:
+    out = tmp_path / "run"
+    config = RunConfig(
+        algorithm="diloco",
+        workers=2,
+        steps=40,
+        inner_steps=10,
+        eval_every=0,
+        out=out,
+        **{"n_layer": 1, "n_head": 2, "n_embd": 64, "block_size": 32, "batch_size": 8},
+    )
+    summary = run.train(config, dashboard=False)
+    assert math.isfinite(summary["final_train_loss"])
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    rounds = [r for r in records if "round" in r]
+    assert [r["round"] for r in rounds] == [0, 1, 2, 3]
+    assert all(r["workers"] == 2 for r in rounds)
