@@ -37,8 +37,8 @@ def run(args: argparse.Namespace) -> None:
     config, program = step_time.build(step_time.SIZES[args.size], corpus, args.precision, 1)
     path = step_time.module_path(args.vmfb_dir, args.size, args.precision, backend, 1)
     specs = program.param_specs, program.opt_specs
-    flags = backend.runtime_flags
-    executor = IreeExecutor(path.read_bytes(), backend.driver, *specs, runtime_flags=flags)
+    flags = backend.runtime.runtime_flags
+    executor = IreeExecutor(path.read_bytes(), backend.runtime.driver, *specs, runtime_flags=flags)
     params = list(nanogpt.init(config, 0).values())
     executor.set_params(params)
     executor.set_opt_state(program.init_opt_state(params))

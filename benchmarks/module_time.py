@@ -48,10 +48,14 @@ def child(args: argparse.Namespace) -> None:
     # program says them as well, and traces in a fraction of the time
     config, program = step_time.build(size, corpus, args.precision, 1)
     path = step_time.module_path(Path(args.vmfb_dir), args.size, args.precision, backend, k)
-    flags = tuple(args.runtime_flags.split(",")) if args.runtime_flags else backend.runtime_flags
+    flags = (
+        tuple(args.runtime_flags.split(","))
+        if args.runtime_flags
+        else backend.runtime.runtime_flags
+    )
     started = time.perf_counter()
     executor = IreeExecutor(
-        path.read_bytes(), backend.driver, program.param_specs, program.opt_specs,
+        path.read_bytes(), backend.runtime.driver, program.param_specs, program.opt_specs,
         runtime_flags=flags,
     )  # fmt: skip
     params = list(nanogpt.init(config, 0).values())

@@ -104,7 +104,8 @@ def compile_into(vmfb_dir: Path, name: str, precision: str, backend: Backend, ar
     corpus = data.load_text_file(None)
     for k in sorted({SIZES[name]["steps_per_call"], 1}):
         _, program = build(SIZES[name], corpus, precision, k)
-        compiled = compile_program(program.stablehlo_for(backend.unroll_steps), backend, arch)
+        stablehlo = program.stablehlo_for(backend.runtime.unroll_steps)
+        compiled = compile_program(stablehlo, backend, arch)
         vmfb_dir.mkdir(parents=True, exist_ok=True)
         module_path(vmfb_dir, name, precision, backend, k).write_bytes(compiled.vmfb)
         print(f"compiled {name} {precision} K={k} for {backend.name} {arch}")
@@ -143,8 +144,8 @@ def measure(
     if vmfb_dir:
         artifact = module_path(vmfb_dir, name, precision, backend, k).read_bytes()
     else:
-        artifact = backend.runner().build(program, backend, arch).data
-    executor = backend.runner().open(artifact, backend, program, None)
+        artifact = backend.runtime.build(program, backend, arch).data
+    executor = backend.runtime.open(artifact, backend, program, None)
     params = list(nanogpt.init(config, 0).values())
     opt_state = program.init_opt_state(params)
     executor.set_params(params)
@@ -172,7 +173,7 @@ def measure(
         "backend": backend.name,
         "arch": arch,
         "compile_flags": (
-            backend.compile_flags(arch) if backend.runner().kind == "iree-vmfb" else []
+            backend.runtime.compile_flags(arch) if backend.runtime.kind == "iree-vmfb" else []
         ),
         "model": config,
         "batch_size": batch,
@@ -269,7 +270,9 @@ def main() -> None:
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     backend = plugins.host().backend(args.backend)
     if args.extra_flag:
-        backend = dataclasses.replace(backend, extra_flags=(*backend.extra_flags, *args.extra_flag))
+        target = backend.runtime
+        target = dataclasses.replace(target, extra_flags=(*target.extra_flags, *args.extra_flag))
+        backend = dataclasses.replace(backend, runtime=target)
     names = ["default"] if args.quick else args.sizes
     runs = [(name, precision) for name in names for precision in args.precision]
     if args.compile_only:

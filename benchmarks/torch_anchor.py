@@ -287,8 +287,8 @@ def run_xla(
     arch = backend.resolve_arch()
     with xla_variant(variant):
         started = time.perf_counter()
-        artifact = backend.runner().build(program, backend, arch).data
-        executor = backend.runner().open(artifact, backend, program, None)
+        artifact = backend.runtime.build(program, backend, arch).data
+        executor = backend.runtime.open(artifact, backend, program, None)
         build_s = time.perf_counter() - started
     initial = list(params.values())
     executor.set_params(initial)

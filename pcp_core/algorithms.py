@@ -3,11 +3,15 @@
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pcp_core.config import RunConfig
 from pcp_core.watch.metrics import Metrics
 from pcp_core.watch.run_status import RunStatus
+
+if TYPE_CHECKING:  # types only: the plugin host and the shepherd's endpoint use this module
+    from pcp_core.plugins import PluginHost
+    from pcp_core.shepherd.distributed import Endpoint
 
 
 class Progress(Protocol):
@@ -31,7 +35,7 @@ class RunContext:
     config: RunConfig
     run_dir: Path
     metrics: Metrics
-    plugins: Any  # pcp_core.plugins.PluginHost
+    plugins: "PluginHost"
     progress: Progress = field(default_factory=SilentProgress)
     # What the run is doing now, for the dashboard and the status endpoint: algorithms
     # report worker and run states into it (the CLI passes the same object as `progress`).
@@ -42,7 +46,7 @@ class RunContext:
     resume: bool = False
     # A distributed algorithm's secret and bound listener (pcp_core.shepherd.distributed.Endpoint),
     # opened by the CLI before the program is built; None: the algorithm opens its own.
-    endpoint: Any = None
+    endpoint: "Endpoint | None" = None
 
 
 @dataclass(frozen=True)

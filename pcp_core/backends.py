@@ -28,6 +28,14 @@ log = structlog.get_logger(__name__)
 DetectArch = Callable[[int], str | None] | Callable[[], str | None]
 
 
+class CompileError(RuntimeError):
+    """A runtime could not build the program for a target."""
+
+
+class DeviceError(RuntimeError):
+    """The runtime or the requested device is not available."""
+
+
 @dataclass(frozen=True)
 class Artifact:
     """A program built for one backend and architecture: what the shepherd ships."""
@@ -38,6 +46,19 @@ class Artifact:
     backend: str
     arch: str
     cache_hit: bool = False
+
+
+@dataclass(frozen=True)
+class DeviceReport:
+    """What `pcp devices` shows for one backend: is its runtime here, which devices it
+    sees, and the architecture PCP would compile for."""
+
+    backend: str
+    runtime: str  # the runtime and its driver, e.g. "iree local-task", "xla pjrt"
+    available: bool
+    devices: list[str]
+    arch: str
+    note: str = ""  # why none is available: what to install
 
 
 class Executor(Protocol):
@@ -87,6 +108,9 @@ class Runtime(Protocol):
     """How a backend's programs are built, admitted and run."""
 
     kind: str
+    # Whether its device memory is this machine's memory (IREE on the CPU), so that a
+    # run's memory check counts each local training process against it.
+    host_memory: bool
 
     def build(self, program: Any, backend: "Backend", arch: str) -> Artifact:
         """The artifact for `arch` from a `pcp_core.program.build.TrainProgram` (on the
@@ -105,7 +129,7 @@ class Runtime(Protocol):
         """DeviceError, one line saying what to install, unless the device is here."""
         ...
 
-    def describe_devices(self, backend: "Backend") -> dict[str, Any]:
+    def describe_devices(self, backend: "Backend") -> DeviceReport:
         """What `pcp devices` shows for the backend."""
         ...
 
@@ -123,39 +147,19 @@ class Runtime(Protocol):
 
 @dataclass(frozen=True)
 class Backend:
-    """One kind of device PCP can compile for and run on."""
+    """One kind of device PCP can compile for and run on, and the runtime that does it:
+    `pcp_core.iree.runtime.IreeRuntime(target=..., driver=...)` for an IREE backend."""
 
     name: str
-    target: str  # IREE compile target backend, e.g. "llvm-cpu"
-    driver: str  # IREE runtime driver, e.g. "local-task"
+    runtime: Runtime = field(compare=False)
     default_arch: str  # used when detection is impossible
     description: str = ""
-    # Flag that selects the architecture; "{arch}" is replaced by the architecture.
-    arch_flag: str | None = None
-    extra_flags: tuple[str, ...] = ()
-    # IREE runtime flags for the driver (process-wide; parsed before it is first used).
-    runtime_flags: tuple[str, ...] = ()
-    # The run precisions (pcp_core.program.precision) its target compiles.
+    # The run precisions (pcp_core.program.precision) it compiles.
     precisions: tuple[str, ...] = PRECISIONS
-    # Compile the K steps of a call straight-line instead of as a loop (TrainProgram.
-    # stablehlo_for): faster where the loop costs copies and re-recorded command
-    # buffers (GPUs), several times slower to compile.
-    unroll_steps: bool = False
-    # What to install when the runtime driver or device is missing (one line).
+    # What to install when the runtime or device is missing (one line).
     install_hint: str = ""
     # The architecture of a local device (see DetectArch), or None when it cannot tell.
     detect_arch: DetectArch | None = field(default=None, compare=False)
-    # How its programs are built and run: `pcp_core.iree.runtime.IREE` for an IREE backend.
-    runtime: Runtime | None = field(default=None, compare=False)
-
-    def runner(self) -> Runtime:
-        """This backend's runtime (an IREE backend names `pcp_core.iree.runtime.IREE`)."""
-        if self.runtime is None:
-            raise ValueError(
-                f"backend {self.name!r} names no runtime: since plugin API 5 every backend "
-                "passes runtime= (IREE backends: pcp_core.iree.runtime.IREE)"
-            )
-        return self.runtime
 
     def resolve_arch(self, requested: str | None = None, device: int | None = None) -> str:
         """The requested architecture, else the one detected for device index `device`
@@ -182,10 +186,6 @@ class Backend:
                 f"backend {self.name!r} cannot train in {precision} "
                 f"(it supports {', '.join(self.precisions)})"
             )
-
-    def compile_flags(self, arch: str) -> list[str]:
-        flags = [self.arch_flag.format(arch=arch)] if self.arch_flag else []
-        return [*flags, *self.extra_flags]
 
 
 def takes_device(detect: Callable[..., str | None]) -> bool:

@@ -6,52 +6,63 @@ distribution that registered it.
 """
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
 import pluggy
+
+if TYPE_CHECKING:  # types only: importing this module must stay instant
+    import typer
+
+    from pcp_core.algorithms import Algorithm
+    from pcp_core.backends import Backend
+    from pcp_core.data.text import DatasetSource
+    from pcp_core.models import Model
+    from pcp_core.optimizers import InnerOptimizer, OuterOptimizer
+    from pcp_core.watch.metrics import MetricSink
+    from pcp_core.wire.transport import Transport
 
 PROJECT = "pcp"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-Register = Callable[[Any], None]
+
+@hookspec
+def pcp_register_backends(register: "Callable[[Backend], None]") -> None:
+    """Register `pcp_core.backends.Backend` objects (a runtime and its target)."""
 
 
 @hookspec
-def pcp_register_backends(register: Register) -> None:
-    """Register `pcp_core.backends.Backend` objects (IREE target + runtime driver)."""
-
-
-@hookspec
-def pcp_register_optimizers(register: Register) -> None:
+def pcp_register_optimizers(
+    register: "Callable[[InnerOptimizer | OuterOptimizer], None]",
+) -> None:
     """Register `InnerOptimizer` (compiled into the program) or `OuterOptimizer` objects."""
 
 
 @hookspec
-def pcp_register_transports(register: Register) -> None:
+def pcp_register_transports(register: "Callable[[Transport], None]") -> None:
     """Register `pcp_core.wire.transport.Transport` objects."""
 
 
 @hookspec
-def pcp_register_algorithms(register: Register) -> None:
+def pcp_register_algorithms(register: "Callable[[Algorithm], None]") -> None:
     """Register `pcp_core.algorithms.Algorithm` objects (how a run is driven)."""
 
 
 @hookspec
-def pcp_register_models(register: Register) -> None:
+def pcp_register_models(register: "Callable[[Model], None]") -> None:
     """Register `pcp_core.models.Model` objects (JAX init and loss functions)."""
 
 
 @hookspec
-def pcp_register_datasets(register: Register) -> None:
+def pcp_register_datasets(register: "Callable[[DatasetSource], None]") -> None:
     """Register `pcp_core.data.text.DatasetSource` objects."""
 
 
 @hookspec
-def pcp_register_metric_sinks(register: Register) -> None:
+def pcp_register_metric_sinks(register: "Callable[[MetricSink], None]") -> None:
     """Register `pcp_core.watch.metrics.MetricSink` objects: each run hands them every record."""
 
 
 @hookspec
-def pcp_register_commands(app: Any) -> None:
+def pcp_register_commands(app: "typer.Typer") -> None:
     """Add typer sub-commands or sub-apps to the `pcp` command-line app."""

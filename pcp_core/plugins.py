@@ -11,13 +11,22 @@ import traceback
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import metadata
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 import structlog
 
 from pcp_core import PLUGIN_API, __version__, builtin, hookspecs
 from pcp_core.registry import Registry
+
+if TYPE_CHECKING:  # types only: plugin discovery must not import what it finds
+    from pcp_core.algorithms import Algorithm
+    from pcp_core.backends import Backend
+    from pcp_core.data.text import DatasetSource
+    from pcp_core.models import Model
+    from pcp_core.optimizers import InnerOptimizer, OuterOptimizer
+    from pcp_core.watch.metrics import MetricSink
+    from pcp_core.wire.transport import Transport
 
 log = structlog.get_logger(__name__)
 
@@ -177,25 +186,25 @@ class PluginHost:
                     f"pcp_register_commands failed: {_short_error(error)}"
                 )
 
-    def backend(self, name: str) -> Any:
+    def backend(self, name: str) -> "Backend":
         return self.registries["backend"].get(name)
 
-    def optimizer(self, name: str) -> Any:
+    def optimizer(self, name: str) -> "InnerOptimizer | OuterOptimizer":
         return self.registries["optimizer"].get(name)
 
-    def transport(self, name: str) -> Any:
+    def transport(self, name: str) -> "Transport":
         return self.registries["transport"].get(name)
 
-    def algorithm(self, name: str) -> Any:
+    def algorithm(self, name: str) -> "Algorithm":
         return self.registries["algorithm"].get(name)
 
-    def model(self, name: str) -> Any:
+    def model(self, name: str) -> "Model":
         return self.registries["model"].get(name)
 
-    def dataset(self, name: str) -> Any:
+    def dataset(self, name: str) -> "DatasetSource":
         return self.registries["dataset"].get(name)
 
-    def metric_sinks(self) -> list[Any]:
+    def metric_sinks(self) -> "list[MetricSink]":
         return self.registries["metric_sink"].values()
 
 

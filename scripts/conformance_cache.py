@@ -22,7 +22,7 @@ def main(targets: list[str]) -> None:
     for target in targets:
         name, _, arch = target.partition(":")
         backend = plugins.host().backend(name)
-        compiled = backend.runner().build(program, backend, arch)  # as the suite builds it
+        compiled = backend.runtime.build(program, backend, arch)  # as the suite builds it
         print(f"{name} {arch}: {len(compiled.data)} bytes")
 
 

@@ -25,8 +25,6 @@ class FakeRuntime:
 def backend(name: str, build: Any = None) -> Backend:
     return Backend(
         name=name,
-        target="llvm-cpu",
-        driver="local-task",
         default_arch="generic",
         runtime=FakeRuntime(build),  # type: ignore[arg-type]
     )

@@ -8,16 +8,15 @@ import pytest
 from structlog.testing import capture_logs
 
 from pcp_core import exit_codes
-from pcp_core.backends import Backend, iree_device_dump
-from pcp_core.iree.runtime import IREE
+from pcp_core.backends import Backend, DeviceReport, iree_device_dump
+from pcp_core.iree.runtime import IreeRuntime
 from pcp_core.testing import install_fake_plugin
 from tests.conftest import run_pcp
 
 
 def backend(detect_arch) -> Backend:
-    return Backend(
-        "fake", "llvm-cpu", "local-task", "generic", detect_arch=detect_arch, runtime=IREE
-    )
+    runtime = IreeRuntime(target="llvm-cpu", driver="local-task")
+    return Backend("fake", runtime, "generic", detect_arch=detect_arch)
 
 
 def test_detection_is_asked_about_the_given_device() -> None:
@@ -68,7 +67,7 @@ PLUGIN = """
 import sys
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
-from pcp_core.iree.runtime import IREE
+from pcp_core.iree.runtime import IreeRuntime
 
 PCP_PLUGIN_API = 5
 
@@ -78,8 +77,8 @@ def detect_arch({parameters}):
 
 @hookimpl
 def pcp_register_backends(register):
-    register(Backend("fake", "llvm-cpu", "local-task", "generic", detect_arch=detect_arch,
-                     runtime=IREE))
+    register(Backend("fake", IreeRuntime(target="llvm-cpu", driver="local-task"), "generic",
+                     detect_arch=detect_arch))
 """
 
 
@@ -120,8 +119,9 @@ class CountingRuntime:
     def __init__(self, count: int) -> None:
         self.count = count
 
-    def describe_devices(self, backend: Any) -> dict[str, Any]:
-        return {"devices": [f"{i}: gpu" for i in range(self.count)]}
+    def describe_devices(self, backend: Any) -> DeviceReport:
+        devices = [f"{i}: gpu" for i in range(self.count)]
+        return DeviceReport(backend.name, "counting", True, devices, "a")
 
 
 def test_local_workers_of_one_backend_take_its_devices_in_turn() -> None:
@@ -131,7 +131,7 @@ def test_local_workers_of_one_backend_take_its_devices_in_turn() -> None:
     from pcp_core.shepherd.distributed import local_devices
 
     backends = {
-        name: Backend(name, "t", "d", "a", runtime=CountingRuntime(count))  # type: ignore[arg-type]
+        name: Backend(name, CountingRuntime(count), "a")  # type: ignore[arg-type]
         for name, count in (("gpu2", 2), ("one", 1))
     }
     plugins = SimpleNamespace(backend=backends.__getitem__)

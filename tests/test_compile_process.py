@@ -81,7 +81,8 @@ def test_a_compiler_error_keeps_its_message(tmp_path: Path, source: Path) -> Non
 def test_bad_stablehlo_is_a_compile_error_naming_the_backend() -> None:
     import pcp_cpu
 
-    from pcp_core.iree.compiler import CompileError, compile_program
+    from pcp_core.backends import CompileError
+    from pcp_core.iree.compiler import compile_program
 
     with pytest.raises(CompileError, match=r"failed to compile for cpu .*error:"):
         compile_program("func.func @main() { %0 = nonsense.op }", pcp_cpu.CPU, "x86-64")

@@ -14,14 +14,14 @@ from tests.conftest import run_pcp
 GOOD = """
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
-from pcp_core.iree.runtime import IREE
+from pcp_core.iree.runtime import IreeRuntime
 
 PCP_PLUGIN_API = 5
 
 @hookimpl
 def pcp_register_backends(register):
-    register(Backend(name="fake", target="llvm-cpu", driver="local-sync", default_arch="generic",
-                     runtime=IREE))
+    register(Backend(name="fake", default_arch="generic",
+                     runtime=IreeRuntime(target="llvm-cpu", driver="local-sync")))
 """
 
 BROKEN = "raise ImportError('this plugin is broken on purpose')\n"
@@ -29,14 +29,14 @@ BROKEN = "raise ImportError('this plugin is broken on purpose')\n"
 DUPLICATE = """
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
-from pcp_core.iree.runtime import IREE
+from pcp_core.iree.runtime import IreeRuntime
 
 PCP_PLUGIN_API = 5
 
 @hookimpl
 def pcp_register_backends(register):
-    register(Backend(name="cpu", target="llvm-cpu", driver="local-sync", default_arch="generic",
-                     runtime=IREE))
+    register(Backend(name="cpu", default_arch="generic",
+                     runtime=IreeRuntime(target="llvm-cpu", driver="local-sync")))
 """
 
 

@@ -73,7 +73,7 @@ def cpu_reference() -> tuple[Any, Any, Any, bytes]:
 def opened(kind: type[IreeExecutor], cpu_reference: tuple) -> tuple[IreeExecutor, list]:
     """An executor of `kind` with the reference state, and three batches for it."""
     backend, (corpus, config), program, vmfb = cpu_reference
-    executor = kind(vmfb, backend.driver, program.param_specs, program.opt_specs)
+    executor = kind(vmfb, backend.runtime.driver, program.param_specs, program.opt_specs)
     params = initial_params(config)
     with on_cpu():
         opt_state = program.init_opt_state(params)

@@ -23,9 +23,9 @@ from pcp_core.registry import DuplicateNameError, UnknownNameError
 
 def user_errors() -> tuple[type[BaseException], ...]:
     """Errors caused by input a user can fix: shown as one line, not a traceback."""
+    # imported here, not at the top: keeps `pcp --help` fast
+    from pcp_core.backends import CompileError, DeviceError
     from pcp_core.data.errors import DataError
-    from pcp_core.iree.compiler import CompileError
-    from pcp_core.iree.executor import DeviceError
     from pcp_core.program.checkpoint import CheckpointError, CheckpointWriteError
     from pcp_core.shepherd.session import NotEnoughWorkers, RoundFailed
 
@@ -222,6 +222,7 @@ def run_or_explain(body: Callable[[], None]) -> None:
         typer.secho("interrupted", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(exit_codes.INTERRUPTED) from None
     except user_errors() as error:
+        # imported here, not at the top: keeps `pcp --help` fast
         from pcp_core.program.checkpoint import CheckpointWriteError  # loaded by _user_errors
 
         code = exit_codes.CHECKPOINT if isinstance(error, CheckpointWriteError) else None

@@ -63,6 +63,7 @@ def prepare(
     ),
 ) -> None:
     def body() -> None:
+        # imported here, not at the top: keeps `pcp --help` fast
         from pcp_core.data.prepare import PrepareOptions
         from pcp_core.data.prepare import prepare as run_prepare
 

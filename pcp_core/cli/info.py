@@ -30,6 +30,7 @@ def sample(
     """Continue a prompt with a run's trained model (on the CPU); print prompt + continuation."""
 
     def body() -> None:
+        # imported here, not at the top: keeps `pcp --help` fast
         from pcp_core.program.sampling import sample as continue_prompt
 
         text = continue_prompt(run_dir, prompt, tokens, temperature, top_k, seed, plugins.host())
@@ -44,24 +45,24 @@ def devices(
     """For every installed backend: is its runtime driver present, which devices it sees,
     and the architecture PCP would compile for."""
     backends = plugins.host().registries["backend"].values()
-    rows = [backend.runner().describe_devices(backend) for backend in backends]
+    rows = [backend.runtime.describe_devices(backend) for backend in backends]
     if as_json:
-        typer.echo(json.dumps(rows, indent=2))
+        typer.echo(json.dumps([dataclasses.asdict(r) for r in rows], indent=2))
         return
     from rich.console import Console
     from rich.table import Table
 
     table = Table(title="PCP devices")
-    for column in ("backend", "driver", "available", "devices", "arch", "note"):
+    for column in ("backend", "runtime", "available", "devices", "arch", "note"):
         table.add_column(column)
     for r in rows:
         table.add_row(
-            r["backend"],
-            r["driver"],
-            "yes" if r["available"] else "no",
-            "\n".join(r["devices"]),
-            r["arch"],
-            r["note"],
+            r.backend,
+            r.runtime,
+            "yes" if r.available else "no",
+            "\n".join(r.devices),
+            r.arch,
+            r.note,
         )
     Console().print(table)
 
@@ -87,6 +88,7 @@ def status(
 
     from rich.console import Console
 
+    # imported here, not at the top: keeps `pcp --help` fast
     from pcp_core.watch.dashboard import render
 
     if as_json:
@@ -142,6 +144,7 @@ def plugin_new(
     directory: Path = typer.Option(Path("."), "--dir", help="Where to create pcp-NAME/."),
 ) -> None:
     """Write pcp-NAME/, an installable plugin package of KIND."""
+    # imported here, not at the top: keeps `pcp --help` fast
     from pcp_core.cli.scaffold import ScaffoldError, new_plugin
 
     try:

@@ -29,6 +29,7 @@ def plot(
     run still going. Prints the path written."""
 
     def body() -> None:
+        # imported here, not at the top: keeps `pcp --help` fast
         from pcp_core.watch.plots import PlotError, plot_run
 
         try:

@@ -78,12 +78,13 @@ def compile_vmfb(config: run_config.RunConfig, output: Path) -> None:
     """
 
     def body() -> None:
+        # imported here, not at the top: keeps `pcp --help` fast
         from pcp_core.program.training import prepare, resolve_backend
 
         host = plugins.host()
         backend, arch = resolve_backend(config, host)
         setup = prepare(config, host)
-        artifact = backend.runner().build(setup.program, backend, arch)
+        artifact = backend.runtime.build(setup.program, backend, arch)
         output.parent.mkdir(parents=True, exist_ok=True)
         output.write_bytes(artifact.data)
         typer.echo(

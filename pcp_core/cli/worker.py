@@ -68,6 +68,7 @@ def worker(
     ),
 ) -> None:
     """Join a shepherd and train on this machine's device until told to stop."""
+    # imported here, not at the top: keeps `pcp --help` fast
     from pcp_core.wire.transport import TransportError, TransportOptions
     from pcp_core.worker import loop as worker_runtime
 
@@ -80,6 +81,7 @@ def worker(
         fail(f"--give-up-after must be a number of seconds, got {give_up_after}")
     if restarts < 0:
         fail(f"--restarts must not be negative, got {restarts}")
+    # imported here, not at the top: keeps `pcp --help` fast
     from pcp_core.wire.auth import AuthError, load_secret
 
     try:  # before the supervisor starts: a restart cannot fix these
@@ -94,6 +96,7 @@ def worker(
             "make one with `pcp data prepare INPUT... -o DIR`"
         )
     if restarts > 0:
+        # imported here, not at the top: keeps `pcp --help` fast
         from pcp_core.iree.malloc import retaining_env
         from pcp_core.worker.supervisor import Supervisor
 
@@ -104,6 +107,7 @@ def worker(
         raise typer.Exit(supervisor.serve())
 
     def body() -> None:
+        # imported here, not at the top: keeps `pcp --help` fast
         from pcp_core.worker.state import StateDirBusy, default_state_dir
         from pcp_core.worker.supervisor import die_with_parent, mark_joined
 

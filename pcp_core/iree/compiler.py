@@ -24,17 +24,13 @@ from pathlib import Path
 
 import structlog
 
-from pcp_core.backends import Backend
+from pcp_core.backends import Backend, CompileError
 from pcp_core.iree.compile_process import CompilerFailed, CompilerHung, compile_stablehlo
 
 log = structlog.get_logger(__name__)
 
 COMPILER_DISTRIBUTION = "iree-base-compiler"
 RUNTIME_DISTRIBUTION = "iree-base-runtime"
-
-
-class CompileError(RuntimeError):
-    """IREE could not compile the program for a target."""
 
 
 @dataclass(frozen=True)
@@ -185,10 +181,12 @@ def flags_for_key(flags: list[str]) -> list[str]:
 
 
 def compile_program(stablehlo: str, backend: Backend, arch: str) -> CompiledProgram:
-    """The VMFB for `stablehlo` on `backend`/`arch`, from the cache when it is there."""
-    flags = backend.compile_flags(arch)
+    """The VMFB for `stablehlo` on `backend` (an IREE one: its runtime is an IreeRuntime,
+    whose target and flags are used) and `arch`, from the cache when it is there."""
+    target = backend.runtime
+    flags = target.compile_flags(arch)  # type: ignore[attr-defined]
     version = iree_compiler_version()
-    key_material = "\0".join([stablehlo, backend.target, *flags_for_key(flags), version])
+    key_material = "\0".join([stablehlo, target.target, *flags_for_key(flags), version])
     key = hashlib.sha256(key_material.encode()).hexdigest()
     directory = private_cache_dir()
     vmfb = _cached_module(directory, key) if directory else None
@@ -209,10 +207,10 @@ def compile_program(stablehlo: str, backend: Backend, arch: str) -> CompiledProg
             f"pip install {COMPILER_DISTRIBUTION}=={iree_runtime_version()}"
         ) from None
 
-    log.info("compiling with IREE", backend=backend.name, target=backend.target, arch=arch)
+    log.info("compiling with IREE", backend=backend.name, target=target.target, arch=arch)
     started = time.perf_counter()
     try:
-        vmfb = compile_stablehlo(stablehlo, backend.target, flags)
+        vmfb = compile_stablehlo(stablehlo, target.target, flags)
     except (CompilerFailed, CompilerHung) as error:
         first_error = next((ln for ln in str(error).splitlines() if "error:" in ln), str(error))
         raise CompileError(
@@ -223,6 +221,6 @@ def compile_program(stablehlo: str, backend: Backend, arch: str) -> CompiledProg
         "compiled", backend=backend.name, arch=arch, seconds=round(seconds, 1), bytes=len(vmfb)
     )
     if directory:
-        about = {"backend": backend.name, "target": backend.target, "arch": arch}
+        about = {"backend": backend.name, "target": target.target, "arch": arch}
         _store_module(directory, key, vmfb, {**about, "iree_compiler": version})
     return CompiledProgram(vmfb, hashlib.sha256(vmfb).hexdigest(), backend.name, arch, False)

@@ -11,15 +11,12 @@ from typing import Any
 import numpy as np
 import structlog
 
+from pcp_core.backends import DeviceError
 from pcp_core.program.build import ENTRY_FUNCTION, TensorSpec, conforming
 
 log = structlog.get_logger(__name__)
 
 STAGING_ALIGNMENT = 256  # bytes between tensors in a staging buffer
-
-
-class DeviceError(RuntimeError):
-    """The runtime driver or the requested device is not available."""
 
 
 def _first_line(error: BaseException) -> str:
@@ -85,33 +82,25 @@ def _device_index(driver: str, devices: list[dict[str, Any]], device_index: int 
     return index
 
 
-def require_device(backend: Any, device_index: int | None = None) -> None:
-    """Fail now, in one line that says what to install, if `backend` has no device here.
+def require_device(
+    driver: str, install_hint: str, runtime_flags: tuple[str, ...], device_index: int | None
+) -> None:
+    """Fail now, in one line that says what to install, if `driver` has no device here.
 
     Cheaper than `open_device` (no device is created), so a run can check every local
     worker's backend before it starts any of them.
     """
-    _, devices = _query_devices(backend.driver, backend.install_hint, backend.runtime_flags)
-    _device_index(backend.driver, devices, device_index)
+    _, devices = _query_devices(driver, install_hint, runtime_flags)
+    _device_index(driver, devices, device_index)
 
 
-def describe_devices(backend: Any) -> dict[str, Any]:
-    """What `pcp devices` shows for one backend: driver presence, devices, architecture."""
+def list_devices(driver: str, install_hint: str) -> tuple[list[str], str]:
+    """The devices `driver` sees, as `pcp devices` lists them, and why there are none."""
     try:
-        _, found = _query_devices(backend.driver, backend.install_hint)
-        note = ""
+        _, found = _query_devices(driver, install_hint)
     except DeviceError as error:
-        found, note = [], str(error)
-    return {
-        "backend": backend.name,
-        "driver": backend.driver,
-        "available": bool(found),
-        "devices": [
-            f"{i}: {d.get('name') or d.get('path') or 'device'}" for i, d in enumerate(found)
-        ],
-        "arch": backend.resolve_arch(),
-        "note": note,
-    }
+        return [], str(error)
+    return [f"{i}: {d.get('name') or d.get('path') or 'device'}" for i, d in enumerate(found)], ""
 
 
 def zeros_like_on_device(device: Any, arrays: list[Any]) -> list[Any]:

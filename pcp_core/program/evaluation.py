@@ -32,11 +32,11 @@ class Evaluator:
 
     def require_device(self) -> None:
         """DeviceError now, not at the first evaluation, if the device is not here."""
-        self.backend.runner().require_device(self.backend, self.device)
+        self.backend.runtime.require_device(self.backend, self.device)
 
     def _loaded(self) -> Executor:
         if self._executor is None:
-            program, runtime = self.build(), self.backend.runner()
+            program, runtime = self.build(), self.backend.runtime
             artifact = runtime.build(program, self.backend, self.arch)
             self._executor = runtime.open(artifact.data, self.backend, program, self.device)
             self._executor.set_opt_state([])

@@ -1,8 +1,8 @@
 """Whether a run fits the machine it starts on, checked before anything is compiled.
 
 The training footprint (`pcp_core.program.footprint`, an estimate) counts against this machine's
-memory for every training process here whose device is this machine's memory (an IREE
-backend on the `local-task` or `local-sync` driver: the CPU); every local process also
+memory for every training process here whose device is this machine's memory (a
+runtime with `host_memory`: IREE on the CPU); every local process also
 costs PROCESS_BYTES of its own (Python, the runtimes), and the shepherd of a
 distributed run SHEPHERD_COPIES copies of the model (`pcp_core.shepherd.aggregation`,
 `pcp_core.shepherd.step_guard`). A device's own memory (a GPU's) is not checked here.
@@ -16,7 +16,6 @@ from pcp_core.program.footprint import Footprint, human_bytes
 
 PROCESS_BYTES = 256 * 2**20
 SHEPHERD_COPIES = 9
-HOST_DRIVERS = ("local-task", "local-sync")
 
 
 def machine_memory() -> int | None:
@@ -28,7 +27,7 @@ def machine_memory() -> int | None:
 
 
 def trains_in_host_memory(backend: Backend) -> bool:
-    return backend.runner().kind == "iree-vmfb" and backend.driver in HOST_DRIVERS
+    return backend.runtime.host_memory
 
 
 def require_memory(

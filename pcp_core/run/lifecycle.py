@@ -73,7 +73,7 @@ def train(
     if local_workers:  # no worker starts, to crash and be restarted, without a device
         for name in sorted(set(config.local_worker_backends())):
             backend = host.backend(name)
-            backend.runner().require_device(backend, config.device)
+            backend.runtime.require_device(backend, config.device)
     if dashboard is None:
         dashboard = sys.stderr.isatty()
     status = RunStatus(log_progress=not dashboard)

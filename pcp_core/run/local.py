@@ -27,7 +27,7 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
     program = setup.program
     status = ctx.status
     status.describe(model=config.model, parameters=program.parameter_count)
-    runtime = backend.runner()
+    runtime = backend.runtime
     runtime.require_device(backend, config.device)  # before compiling
     status.worker_joined(0, "local", backend.name, arch, "this process")
     status.worker_state(0, "compiling")

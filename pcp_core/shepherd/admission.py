@@ -28,14 +28,13 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.backends import Artifact, Backend
+from pcp_core.backends import Artifact, Backend, CompileError
 from pcp_core.data.shard_transfer import (
     assign_shards,
     serve_shard,
     training_shards,
     worker_manifest,
 )
-from pcp_core.iree.compiler import CompileError
 from pcp_core.program.training import TrainingSetup
 from pcp_core.registry import UnknownNameError
 from pcp_core.watch.run_status import RunStatus
@@ -197,7 +196,7 @@ class Admission:
         except (UnknownNameError, ValueError) as error:
             self._refuse(conn, f"the shepherd cannot compile for this worker: {error}")
             return None
-        if refusal := backend.runner().refusal(backend, hello.arch, report):
+        if refusal := backend.runtime.refusal(backend, hello.arch, report):
             self._refuse(conn, refusal)
             return None
         index = self._reserve_index(hello.previous_index)
@@ -291,7 +290,7 @@ class Admission:
                 program = self._programs[key] = Future()
         if compiling:
             try:
-                program.set_result(backend.runner().build(self.setup.program, backend, arch))
+                program.set_result(backend.runtime.build(self.setup.program, backend, arch))
             except BaseException as error:
                 program.set_exception(error)
         return program.result()

@@ -116,7 +116,7 @@ def local_devices(config: RunConfig, plugins: Any) -> list[int | None]:
     counts: dict[str, int] = {}
     for name in {b for b in backends if backends.count(b) > 1}:
         backend = plugins.backend(name)
-        counts[name] = max(1, len(backend.runner().describe_devices(backend)["devices"]))
+        counts[name] = max(1, len(backend.runtime.describe_devices(backend).devices))
     taken: collections.Counter[str] = collections.Counter()
     devices: list[int | None] = []
     for name in backends:

@@ -41,26 +41,26 @@ class BackendConformance:
 
     @pytest.fixture
     def device_or_skip(self, backend: Any) -> None:
-        from pcp_core.iree.executor import DeviceError
+        from pcp_core.backends import DeviceError
 
         try:
-            backend.runner().require_device(backend, None)
+            backend.runtime.require_device(backend, None)
         except DeviceError as error:
             pytest.skip(f"no {backend.name} device here: {error}")
 
     @pytest.fixture
     def compiled(self, backend: Any) -> Any:
-        return backend.runner().build(reference()[2], backend, backend.resolve_arch())
+        return backend.runtime.build(reference()[2], backend, backend.resolve_arch())
 
     def test_registered_with_a_runtime_and_default_arch(self, backend: Any) -> None:
         assert backend.name == self.backend_name
-        assert backend.default_arch and backend.runner().kind
+        assert backend.default_arch and backend.runtime.kind
 
     def test_compiles_reference_program(self, backend: Any, compiled: Any) -> None:
         assert compiled.data[:64] and compiled.backend == backend.name
-        assert compiled.kind == backend.runner().kind
+        assert compiled.kind == backend.runtime.kind
         for arch in self.compile_archs:
-            assert backend.runner().build(reference()[2], backend, arch).data
+            assert backend.runtime.build(reference()[2], backend, arch).data
 
     def test_matches_jax_on_cpu(self, backend: Any, compiled: Any, device_or_skip: Any) -> None:
         _, config, _ = reference()
@@ -71,7 +71,7 @@ class BackendConformance:
         executor = open_executor(backend, compiled.data, program, initial_params(config))
         block = config["block_size"]
         batches = [corpus.batches("train", STEPS_PER_CALL, BATCH, block, (0, i)) for i in range(3)]
-        backend.runner().assert_state_stays_on_device(executor, batches)
+        backend.runtime.assert_state_stays_on_device(executor, batches)
 
     def test_zeroing_momentum_zeroes_it_alone(
         self, backend: Any, compiled: Any, device_or_skip: Any
@@ -104,10 +104,11 @@ class BackendConformance:
             np.testing.assert_array_equal(ours, theirs)
 
     def test_missing_device_is_a_clear_error(self, backend: Any) -> None:
-        from pcp_core.iree.executor import DeviceError
+        from pcp_core.backends import DeviceError
 
         with pytest.raises(DeviceError) as error:
-            backend.runner().require_device(backend, 999)
+            backend.runtime.require_device(backend, 999)
         # the missing device, or the missing driver behind it, said in one line
-        assert "999" in str(error.value) or backend.driver in str(error.value)
+        driver = getattr(backend.runtime, "driver", backend.name)  # IREE's, or the backend
+        assert "999" in str(error.value) or driver in str(error.value)
         assert "Traceback" not in str(error.value) and "\n" not in str(error.value)

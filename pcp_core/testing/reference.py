@@ -60,7 +60,7 @@ def initial_params(config: Mapping[str, int], model: str = "nanogpt") -> list[np
 def open_executor(backend: Any, artifact: bytes, program: Any, params: list[np.ndarray]) -> Any:
     """The backend's executor for `artifact` holding `params` and the program's initial
     state."""
-    executor = backend.runner().open(artifact, backend, program, None)
+    executor = backend.runtime.open(artifact, backend, program, None)
     with on_cpu():
         opt_state = program.init_opt_state(params)
     executor.set_params(params)

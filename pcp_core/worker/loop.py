@@ -149,7 +149,7 @@ def load_setup(
     """Check the shipped program's kind and hash, load it on the device, set the inner
     state, and get the training data: the tokens in the Setup, or the assigned shards
     (from `--data`, the shard cache, or fetched through `conn`)."""
-    runtime = backend.runner()
+    runtime = backend.runtime
     if setup.artifact_kind != runtime.kind:
         raise JoinRefused(
             f"the shepherd sent a {setup.artifact_kind!r} program; backend "
@@ -235,7 +235,7 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
     """Join, then serve rounds until the shepherd says stop."""
     backend = plugins.backend(options.backend)
     arch = backend.resolve_arch(options.target, options.device)
-    backend.runner().require_device(backend, options.device)  # fail early
+    backend.runtime.require_device(backend, options.device)  # fail early
     store = InnerStateStore(options.state_dir)
     transport = plugins.transport(options.transport)
     name = options.name or f"{socket.gethostname()}:{os.getpid()}"
@@ -243,7 +243,7 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         name,
         backend.name,
         arch,
-        json.dumps(backend.runner().worker_report(backend)),
+        json.dumps(backend.runtime.worker_report(backend)),
         str(options.device or 0),
         store.previous_index(),
     )

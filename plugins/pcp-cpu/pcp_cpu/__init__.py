@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
-from pcp_core.iree.runtime import IREE
+from pcp_core.iree.runtime import IreeRuntime
 
 PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
@@ -44,13 +44,14 @@ def detect_arch(device: int = 0) -> str | None:
 
 CPU = Backend(
     name="cpu",
-    runtime=IREE,
-    target="llvm-cpu",
-    driver="local-task",
+    runtime=IreeRuntime(
+        target="llvm-cpu",
+        driver="local-task",
+        arch_flag="--iree-llvmcpu-target-cpu={arch}",
+        extra_flags=("--iree-global-opt-data-tiling",),
+    ),
     default_arch="generic",
     description="host CPU through IREE llvm-cpu",
-    arch_flag="--iree-llvmcpu-target-cpu={arch}",
-    extra_flags=("--iree-global-opt-data-tiling",),
     detect_arch=detect_arch,
 )
 

@@ -182,15 +182,15 @@ def test_worker_refuses_shepherd_without_the_secret(
 UNCOMPILABLE = """
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
-from pcp_core.iree.runtime import IREE
+from pcp_core.iree.runtime import IreeRuntime
 
 PCP_PLUGIN_API = 5
 
 @hookimpl
 def pcp_register_backends(register):
-    register(Backend(name="uncompilable", target="llvm-cpu", driver="local-task",
-                     default_arch="generic", extra_flags=("--iree-no-such-flag",),
-                     runtime=IREE))
+    register(Backend(name="uncompilable", default_arch="generic",
+                     runtime=IreeRuntime(target="llvm-cpu", driver="local-task",
+                                         extra_flags=("--iree-no-such-flag",))))
 """
 
 

@@ -45,7 +45,7 @@ from importlib import resources
 
 from pcp_core import hookimpl
 from pcp_core.backends import Backend, iree_device_dump, run_quietly
-from pcp_core.iree.runtime import IREE
+from pcp_core.iree.runtime import IreeRuntime
 
 PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
@@ -85,15 +85,16 @@ KERNEL_CONFIGS = resources.files(__name__) / "kernel_configs.mlir"
 
 CUDA = Backend(
     name="cuda",
-    runtime=IREE,
-    target="cuda",
-    driver="cuda",
+    runtime=IreeRuntime(
+        target="cuda",
+        driver="cuda",
+        arch_flag="--iree-cuda-target={arch}",
+        extra_flags=(f"--iree-codegen-transform-dialect-library={KERNEL_CONFIGS}",),
+        runtime_flags=("--cuda_async_allocations=false",),
+        unroll_steps=True,
+    ),
     default_arch=FALLBACK,
     description="NVIDIA GPUs through IREE cuda",
-    arch_flag="--iree-cuda-target={arch}",
-    extra_flags=(f"--iree-codegen-transform-dialect-library={KERNEL_CONFIGS}",),
-    runtime_flags=("--cuda_async_allocations=false",),
-    unroll_steps=True,
     detect_arch=detect_arch,
     install_hint="install the NVIDIA driver (libcuda.so) and check `nvidia-smi` sees a GPU",
 )

@@ -26,7 +26,7 @@ def configured_dispatches() -> dict[str, tuple[str, int, str]]:
     shapes = ((4096,), (256, 128), (128, 128), (128,))
     args = [np.zeros(shape, np.float32) for shape in shapes]
     mlir = without_locations(jax.export.export(jax.jit(program))(*args).mlir_module())
-    flags = ["--iree-cuda-target=sm_80", *pcp_iree_cuda.CUDA.extra_flags]
+    flags = ["--iree-cuda-target=sm_80", *pcp_iree_cuda.CUDA.runtime.extra_flags]
     configured = compile_stablehlo(
         mlir, "cuda", [*flags, "--compile-to=executable-configurations"]
     ).decode()

@@ -9,7 +9,7 @@ import platform
 
 from pcp_core import hookimpl
 from pcp_core.backends import Backend
-from pcp_core.iree.runtime import IREE
+from pcp_core.iree.runtime import IreeRuntime
 
 PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
@@ -21,12 +21,13 @@ def detect_arch(device: int = 0) -> str | None:
 
 METAL = Backend(
     name="metal",
-    runtime=IREE,
-    target="metal-spirv",
-    driver="metal",
+    runtime=IreeRuntime(
+        target="metal-spirv",
+        driver="metal",
+        arch_flag="--iree-metal-target-platform={arch}",
+    ),
     default_arch="macos",
     description="Apple GPUs through IREE metal-spirv",
-    arch_flag="--iree-metal-target-platform={arch}",
     detect_arch=detect_arch,
     install_hint="the metal driver exists only on macOS, in an iree-base-runtime built for it",
     # IREE 3.13's SPIR-V path cannot compile bf16 products ("failed to legalize

@@ -8,7 +8,7 @@ import re
 
 from pcp_core import hookimpl
 from pcp_core.backends import Backend, iree_device_dump, run_quietly
-from pcp_core.iree.runtime import IREE
+from pcp_core.iree.runtime import IreeRuntime
 
 PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
@@ -25,12 +25,13 @@ def detect_arch(device: int = 0) -> str | None:
 
 ROCM = Backend(
     name="rocm",
-    runtime=IREE,
-    target="rocm",
-    driver="hip",
+    runtime=IreeRuntime(
+        target="rocm",
+        driver="hip",
+        arch_flag="--iree-rocm-target={arch}",
+    ),
     default_arch="gfx942",
     description="AMD GPUs through IREE rocm/HIP",
-    arch_flag="--iree-rocm-target={arch}",
     detect_arch=detect_arch,
     install_hint="install ROCm (libamdhip64.so) and check `rocminfo` lists a GPU",
 )

@@ -9,7 +9,7 @@ deterministic where the baseline was not.
 
 from pcp_core import hookimpl
 from pcp_core.backends import Backend, iree_device_dump
-from pcp_core.iree.runtime import IREE
+from pcp_core.iree.runtime import IreeRuntime
 
 PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
@@ -38,12 +38,13 @@ def detect_arch(device: int = 0) -> str | None:
 
 VULKAN = Backend(
     name="vulkan",
-    runtime=IREE,
-    target="vulkan-spirv",
-    driver="vulkan",
+    runtime=IreeRuntime(
+        target="vulkan-spirv",
+        driver="vulkan",
+        arch_flag="--iree-vulkan-target={arch}",
+    ),
     default_arch=BASELINE,
     description="any Vulkan 1.3 device through IREE vulkan-spirv",
-    arch_flag="--iree-vulkan-target={arch}",
     detect_arch=detect_arch,
     install_hint=(
         "install a Vulkan loader and driver, e.g. `apt-get install libvulkan1 "

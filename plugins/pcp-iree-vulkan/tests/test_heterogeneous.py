@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from pcp_core import plugins
-from pcp_core.iree.executor import DeviceError, open_device
+from pcp_core.backends import DeviceError
+from pcp_core.iree.executor import open_device
 from pcp_core.registry import UnknownNameError
 
 TINY = [

@@ -14,13 +14,11 @@ PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
 BACKEND = Backend(
     name="xla",
-    target="xla",  # IREE's fields mean nothing here: the runtime below builds and runs
-    driver="pjrt",
+    runtime=XLA,
     default_arch="cpu",
     description="XLA through jax.export and the worker's jaxlib (cpu, cuda, rocm, tpu)",
     install_hint='pip install "pcp-xla[cuda]" (or [rocm], [tpu]) for a GPU or TPU jaxlib',
     detect_arch=detect_platform,
-    runtime=XLA,
 )
 
 

@@ -16,9 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pcp_core.backends import Artifact, Backend
-from pcp_core.iree.compiler import CompileError
-from pcp_core.iree.executor import DeviceError
+from pcp_core.backends import Artifact, Backend, CompileError, DeviceError, DeviceReport
 from pcp_core.program.build import PLATFORM_CUSTOM_CALLS, TensorSpec, conforming
 
 KIND = "xla-export"
@@ -67,6 +65,7 @@ def _devices() -> list[Any]:
 
 class XlaRuntime:
     kind = KIND
+    host_memory = False  # a GPU's, or jaxlib's own pool on the CPU: not checked
 
     def build(self, program: Any, backend: Backend, arch: str) -> Artifact:
         if arch not in PLATFORMS:
@@ -128,19 +127,19 @@ class XlaRuntime:
             platform = devices[0].platform if devices else "no"
             raise DeviceError(f"jax sees {len(devices)} {platform} device(s); no device {index}")
 
-    def describe_devices(self, backend: Backend) -> dict[str, Any]:
+    def describe_devices(self, backend: Backend) -> DeviceReport:
         try:
             found, note = _devices(), ""
         except DeviceError as error:
             found, note = [], str(error)
-        return {
-            "backend": backend.name,
-            "driver": backend.driver,
-            "available": bool(found),
-            "devices": [f"{i}: {d.device_kind}" for i, d in enumerate(found)],
-            "arch": backend.resolve_arch(),
-            "note": note,
-        }
+        return DeviceReport(
+            backend=backend.name,
+            runtime="xla pjrt",
+            available=bool(found),
+            devices=[f"{i}: {d.device_kind}" for i, d in enumerate(found)],
+            arch=backend.resolve_arch(),
+            note=note,
+        )
 
     def open(self, artifact: bytes, backend: Backend, program: Any, device: int | None) -> Any:
         self.require_device(backend, device)

@@ -73,8 +73,7 @@ def test_the_state_check_catches_a_copying_executor(executor_class: type) -> Non
 
 
 def test_an_unknown_platform_or_another_machines_artifact_is_one_line() -> None:
-    from pcp_core.iree.compiler import CompileError
-    from pcp_core.iree.executor import DeviceError
+    from pcp_core.backends import CompileError, DeviceError
 
     _, _, program = reference()
     with pytest.raises(CompileError, match="not 'bogus'"):
