@@ -34,10 +34,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from pcp_diloco.settings import DilocoSettings
 
 from pcp_core import plugins
 from pcp_core.backends import Backend, zero_opt_tensors, zero_opt_tensors_through_host
-from pcp_core.config import RunConfig
 from pcp_core.data import text as data
 from pcp_core.iree.compiler import compile_program
 from pcp_core.iree.executor import IreeExecutor, to_host
@@ -48,7 +48,7 @@ from pcp_core.program.build import build_train_program
 from pcp_core.program.precision import PRECISIONS
 
 RESULTS = Path(__file__).parent / "results"
-DILOCO_ROUND_STEPS = RunConfig().inner_steps  # H, for the round start's share of a round
+DILOCO_ROUND_STEPS = DilocoSettings().inner_steps  # H, for the round start's share of a round
 
 SIZES = {
     "default": {"model": {}, "batch_size": 16, "steps_per_call": 10, "calls": 10},

@@ -62,3 +62,6 @@ class Algorithm:
     description: str = ""
     worker_round: Callable[..., Any] | None = None
     resumable: bool = False  # `run` honours RunContext.resume
+    # Its own settings: a dataclass of `pcp_core.settings.setting` fields, turned into
+    # flags and a TOML section named after it; read with `ctx.config.settings(name)`.
+    settings: type | None = None

@@ -1,26 +1,26 @@
-"""The run configuration: one dataclass that the CLI flags and a TOML file both fill.
+"""The run configuration: the settings every run has, which the CLI flags and a TOML
+file both fill, and one section per plugin that declares settings of its own
+(`pcp_core.settings`: `[diloco]` in TOML, `--inner-steps` on the command line).
 
 Precedence: defaults < `--config FILE.toml` < flags. Every field's help text lives
-here, and the CLI builds its options from these fields, so flags, TOML keys and
-documentation never drift apart.
+here or in the plugin's settings, and the CLI builds its options from those fields,
+so flags, TOML keys and documentation never drift apart.
 """
 
 import dataclasses
-import math
 import tomllib
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import structlog
 import tomli_w
 
 from pcp_core.program.precision import PRECISIONS
+from pcp_core.settings import ConfigError, build, check_value, coerce, to_values
 
-# Named exponents of --inner-lr-scaling (see RunConfig.inner_lr_scaling).
-INNER_LR_SCALINGS = {"sqrt": 0.5, "none": 0.0}
-# What a DiLoCo worker does with its inner momentum at a round's start (RunConfig.inner_momentum).
-INNER_MOMENTUM = ("reset", "keep")
-
+log = structlog.get_logger(__name__)
 
 # Upper bounds of the numeric settings: far above any real run, low enough that a typo
 # (an exponent too many) is a one-line error instead of an overflow, a huge allocation or
@@ -29,12 +29,9 @@ MAX_SECONDS = 7 * 24 * 3600.0
 MAX_STEPS = 10**9
 UPPER_BOUNDS: dict[str, float] = {
     "steps": MAX_STEPS,
-    "inner_steps": MAX_STEPS,
     "warmup_steps": MAX_STEPS,
     "eval_every": MAX_STEPS,
     "checkpoint_every": MAX_STEPS,
-    "inner_warmup_rounds": MAX_STEPS,
-    "outer_warmup_rounds": MAX_STEPS,
     "steps_per_call": 10**5,
     "eval_batches": 10**5,
     "batch_size": 2**20,
@@ -50,26 +47,6 @@ UPPER_BOUNDS: dict[str, float] = {
     "join_timeout": MAX_SECONDS,
     "round_timeout": MAX_SECONDS,
 }
-
-
-class ConfigError(ValueError):
-    """A bad setting: unknown key, wrong type, out-of-range value."""
-
-
-def inner_lr_exponent(scaling: str) -> float:
-    """p of --inner-lr-scaling (the workers' lr is --lr times M^p): a named one or a
-    number from 0 to 1; ConfigError for anything else."""
-    if scaling in INNER_LR_SCALINGS:
-        return INNER_LR_SCALINGS[scaling]
-    try:
-        exponent = float(scaling)
-    except ValueError:
-        exponent = -1.0
-    if not 0 <= exponent <= 1:
-        raise ConfigError(
-            f"inner_lr_scaling must be sqrt, none or an exponent from 0 to 1: {scaling!r}"
-        )
-    return exponent
 
 
 def _opt(default: Any, help: str, **extra: Any) -> Any:
@@ -150,61 +127,6 @@ class RunConfig:
     worker_backends: str | None = _opt(
         None, "One-command form: backend of each local worker, e.g. cpu,vulkan (sets --workers)."
     )
-    inner_steps: int = _opt(50, "DiLoCo: inner steps per round (H).")
-    outer_optimizer: str = _opt("nesterov", "DiLoCo: outer optimizer run by the shepherd.")
-    # Measured against synchronous training at equal tokens (benchmarks/diloco_quality.py,
-    # 20 rounds; the trials in benchmarks/results/diloco_trials_2026-11-24*.md): the
-    # paper's 0.7 and 0.9 lost 4-12% with two workers. With the workers' inner lr and
-    # warm-up below, momentum 0.7 beat 0.5 on 5 of 8 corpus and worker-count pairs and
-    # in the worst one (four workers on perl-docs: +2.1% against +3.3%); 0.3 lost 3-6%.
-    outer_lr: float = _opt(1.0, "DiLoCo: outer learning rate.")
-    outer_momentum: float = _opt(
-        0.7, "DiLoCo: outer Nesterov momentum (the paper's 0.9 suits thousands of rounds)."
-    )
-    # A worker's batch is 1/M of the batch that M workers' averaged step sees, and Adam's
-    # progress per step in the noisy regime grows about with the square root of the batch:
-    # at √M the workers lost 1-3% to synchronous training where --lr as given lost 4-13%
-    # with four workers, but only with a warm-up of several rounds (4: 1.2-3.9%, 6:
-    # 1.0-3.3%, a third of the run: 1.2-1.5% with momentum 0.7); with 20 steps of it a
-    # larger lr stalled four workers on two of four corpora (+20% and +37%). M^0.75 beat
-    # √M in 17 of 20 runs (5 corpora and models, M = 2 and 4, seeds 0 and 1); its worst
-    # was +3.0% (village, four workers, seed 1), √M's +4.1% and +3.4% (perl docs and the
-    # small model, four workers): benchmarks/results/diloco_trials_2026-11-24c.md.
-    inner_lr_scaling: str = _opt(
-        "0.75",
-        "DiLoCo: the workers' inner learning rate is --lr and --min-lr (those of training "
-        "the same tokens a step on one machine) times M^p, M the number of workers: p a "
-        "number from 0 to 1, `sqrt` (0.5) or `none` (0: the lr as given, e.g. one tuned "
-        "for the workers).",
-    )
-    inner_warmup_rounds: int = _opt(
-        8,
-        "DiLoCo: the workers' learning rate warms up over this many rounds of H steps (at "
-        "most a third of --steps) where that is longer than --warmup-steps; from scratch a "
-        "shorter warm-up to the scaled lr stalls the first rounds. 0: --warmup-steps alone.",
-    )
-    # A worker's AdamW first moment at the end of a round is the direction of its own
-    # last steps, which the outer step has just replaced; carried into the next round it
-    # pulls the worker back along its own path. Zeroed (the first steps of a round then
-    # also move less while it rebuilds, over about 1/(1 - beta1) steps), the worst
-    # four-worker cell of benchmarks/diloco_quality.py went from +2.9% to +1.9% and the
-    # mean of all four-worker runs from +1.7% to +1.4%; two workers gave up 0.4 points on
-    # average, their means still -3.3% to +0.5% (benchmarks/results/diloco_trials_2026-11-24e.md).
-    inner_momentum: str = _opt(
-        "reset",
-        "DiLoCo: a worker's inner optimizer momentum at the start of a round: reset (zeroed) "
-        "or keep (carried over, as in the DiLoCo paper).",
-    )
-    # Averaging the first rounds instead of a Nesterov step (which moves 1 + momentum
-    # times the run's largest pseudo-gradients) gained 0.7-2 points with two workers and
-    # the lr as given; with the scaled lr and warm-up above it helped on two corpora and
-    # hurt on three (four workers), so it is off.
-    outer_warmup_rounds: int = _opt(
-        0,
-        "DiLoCo: first rounds that take the plain average of the workers' models (outer lr "
-        "1, no momentum) before the outer optimizer starts; 2 gained 1-2 points with two "
-        "workers under --inner-lr-scaling none, and was mixed with the scaled lr.",
-    )
     transport: str = _opt("capnp-tcp", "DiLoCo: transport between shepherd and workers.")
     host: str = _opt("127.0.0.1", "Shepherd: address to listen on.")
     port: int | None = _opt(None, "Shepherd: TCP port (default 7433; any free one for train).")
@@ -243,6 +165,18 @@ class RunConfig:
     status_host: str = _opt(
         "127.0.0.1", "Address the status endpoint listens on (0.0.0.0: every interface)."
     )
+    # The settings of the plugins that declare their own (pcp_core.settings), by their
+    # registered names: filled by `resolve` (or `with_plugin_settings`), not a flag.
+    plugins: dict[str, Any] = field(default_factory=dict, metadata={"help": None})
+
+    def settings(self, plugin: str) -> Any:
+        """The settings of plugin `plugin` (its declared dataclass)."""
+        try:
+            return self.plugins[plugin]
+        except KeyError:
+            raise ConfigError(
+                f"no settings for plugin {plugin!r}: is it installed? (`pcp plugins`)"
+            ) from None
 
     def model_overrides(self) -> dict[str, int | None]:
         flags = {k: getattr(self, k) for k in ("n_layer", "n_head", "n_embd", "block_size")}
@@ -271,7 +205,7 @@ class RunConfig:
                 raise ConfigError(f"worker_backends: empty name in {self.worker_backends!r}")
             self.workers = len(backends)
         positive = ["steps", "batch_size", "steps_per_call", "eval_batches", "workers"]
-        positive += ["inner_steps", "min_workers", "checkpoint_every", "worker_timeout"]
+        positive += ["min_workers", "checkpoint_every", "worker_timeout"]
         for name in positive:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
@@ -298,12 +232,6 @@ class RunConfig:
                 raise ConfigError(f"{name} must be in 0..65535, got {value}")
         if self.warmup_steps < 0 or self.eval_every < 0:
             raise ConfigError("warmup_steps and eval_every must not be negative")
-        inner_lr_exponent(self.inner_lr_scaling)
-        if self.inner_momentum not in INNER_MOMENTUM:
-            raise ConfigError(
-                f"inner_momentum must be one of {', '.join(INNER_MOMENTUM)}: "
-                f"{self.inner_momentum!r}"
-            )
         if self.precision not in PRECISIONS:
             raise ConfigError(
                 f"precision must be one of {', '.join(PRECISIONS)}: {self.precision!r}"
@@ -315,18 +243,15 @@ class RunConfig:
     def _check_ranges(self) -> None:
         """Every float finite, and each optimizer or timeout setting in its range."""
         for item in dataclasses.fields(self):
-            value = getattr(self, item.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise ConfigError(f"{item.name} must be a finite number, got {value}")
+            check_value(item.name, getattr(self, item.name), {})
         at_least_zero = ["lr", "min_lr", "weight_decay", "grad_clip", "join_timeout"]
-        at_least_zero += ["inner_warmup_rounds", "outer_warmup_rounds"]
         for name in at_least_zero:
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
-        for name in ("eps", "outer_lr"):
+        for name in ("eps",):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("beta1", "beta2", "outer_momentum"):
+        for name in ("beta1", "beta2"):
             if not 0 <= getattr(self, name) < 1:
                 raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
         if self.round_timeout is not None and self.round_timeout <= 0:
@@ -338,70 +263,131 @@ class RunConfig:
             )
 
 
-FIELDS = {f.name: f for f in dataclasses.fields(RunConfig)}
+FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "plugins"}
 
 
 def _coerce(name: str, value: Any) -> Any:
-    kind = FIELDS[name].type
-    if value is None:
-        return None
-    text = str(kind)
-    try:
-        if "Path" in text:
-            return Path(value)
-        if "int" in text and not isinstance(value, bool):
-            if isinstance(value, float) and not value.is_integer():
-                raise ValueError
-            return int(value)
-        if "float" in text and not isinstance(value, bool):
-            return float(value)
-        if "str" in text and isinstance(value, str):
-            return value
-        if "str" in text and isinstance(value, int | float) and not isinstance(value, bool):
-            return str(value)  # TOML's `inner_lr_scaling = 0.75`, a number a user writes bare
-    except (TypeError, ValueError):
-        pass
-    raise ConfigError(f"{name}: expected {text.replace('pathlib.', '')}, got {value!r}")
+    return coerce(name, FIELDS[name].type, value)
 
 
-def load_toml(path: Path) -> dict[str, Any]:
-    """The settings in a TOML file, with keys checked against the config's fields."""
+def field_names(declared: type) -> set[str]:
+    return {f.name for f in dataclasses.fields(declared)}
+
+
+def load_toml(
+    path: Path, declared: Mapping[str, type] | None = None
+) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The core settings and the plugin sections (`[diloco]`) in a TOML file, keys
+    checked against the config's fields and the `declared` plugin settings. A plugin's
+    setting written at the top level, as before plugins owned their settings, is read
+    as if under its section, with a warning."""
+    declared = declared or {}
     try:
         raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {path}") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"{path}: not valid TOML: {error}") from None
-    settings = {}
+    core: dict[str, Any] = {}
+    sections: dict[str, dict[str, Any]] = {}
     for key, value in raw.items():
         name = key.replace("-", "_")
-        if name not in FIELDS:
+        owners = [plugin for plugin, kind in declared.items() if name in field_names(kind)]
+        if isinstance(value, dict):
+            if key not in declared:
+                known = ", ".join(f"[{plugin}]" for plugin in sorted(declared)) or "none"
+                raise ConfigError(
+                    f"{path}: unknown section [{key}]: no installed plugin of that name "
+                    f"declares settings (sections: {known})"
+                )
+            sections.setdefault(key, {}).update(value)
+        elif name in FIELDS:
+            core[name] = _coerce(name, value)
+        elif owners:
+            log.warning(
+                "a plugin's setting at the top level of the config file: move it under "
+                "its section (read as if it were there)",
+                file=str(path),
+                key=key,
+                section=" ".join(f"[{plugin}]" for plugin in owners),
+            )
+            for plugin in owners:
+                sections.setdefault(plugin, {})[name] = value
+        else:
             raise ConfigError(f"{path}: unknown key {key!r} (see `pcp train --help`)")
-        settings[name] = _coerce(name, value)
-    return settings
+    return core, sections
 
 
 def resolve(
-    config_file: Path | None, flags: dict[str, Any], defaults: dict[str, Any] | None = None
+    config_file: Path | None,
+    flags: dict[str, Any],
+    defaults: dict[str, Any] | None = None,
+    declared: Mapping[str, type] | None = None,
 ) -> RunConfig:
-    """Defaults, then the command's defaults, the TOML file, the flags given (not None)."""
+    """Defaults, then the command's defaults, the TOML file, the flags given (not None).
+    `declared` are the installed plugins' settings (by plugin): each gets its section,
+    and a flag that is not the core's goes to every plugin that declares a setting of
+    its name (`--inner-steps` to diloco)."""
+    declared = declared or {}
     settings = dict(defaults or {})
-    settings.update(load_toml(config_file) if config_file else {})
-    settings.update({k: _coerce(k, v) for k, v in flags.items() if v is not None})
-    return RunConfig(**settings).validate()
+    sections: dict[str, dict[str, Any]] = {}
+    if config_file:
+        core, sections = load_toml(config_file, declared)
+        settings.update(core)
+    for name, value in flags.items():
+        if value is None:
+            continue
+        if name in FIELDS:
+            settings[name] = _coerce(name, value)
+            continue
+        owners = [plugin for plugin, kind in declared.items() if name in field_names(kind)]
+        if not owners:
+            raise ConfigError(f"unknown setting {name!r} (see `pcp train --help`)")
+        for plugin in owners:
+            sections.setdefault(plugin, {})[name] = value
+    return with_plugin_settings(RunConfig(**settings).validate(), declared, sections)
+
+
+def with_plugin_settings(
+    config: RunConfig,
+    declared: Mapping[str, type],
+    values: Mapping[str, Mapping[str, Any]] | None = None,
+) -> RunConfig:
+    """`config` with the settings of every plugin in `declared`: built from `values`
+    (by plugin), else from what `config.plugins` holds (a mapping, or the dataclass
+    itself, as code that builds a RunConfig may give), else the defaults."""
+    values = values or {}
+    for plugin in config.plugins:
+        if plugin not in declared:
+            raise ConfigError(f"settings given for {plugin!r}, which no installed plugin is")
+    plugins: dict[str, Any] = {}
+    for plugin, kind in declared.items():
+        current = config.plugins.get(plugin)
+        if plugin not in values and isinstance(current, kind):
+            plugins[plugin] = build(plugin, kind, to_values(current))
+        else:
+            given = values.get(plugin, current if isinstance(current, Mapping) else {})
+            plugins[plugin] = build(plugin, kind, given)
+    return dataclasses.replace(config, plugins=plugins)
 
 
 def to_toml(config: RunConfig) -> str:
-    """The resolved config as TOML (None values omitted), written into every run.
+    """The resolved config as TOML (None values omitted), written into every run: the
+    core's settings, then a section for each plugin's.
 
     Written by a TOML library, so any path (backslashes, quotes, newlines) reads back
     as it was.
     """
     settings = {name: getattr(config, name) for name in FIELDS}
-    return tomli_w.dumps(
-        {k: str(v) if isinstance(v, Path) else v for k, v in settings.items() if v is not None}
-    )
+    document: dict[str, Any] = {
+        k: str(v) if isinstance(v, Path) else v for k, v in settings.items() if v is not None
+    }
+    for plugin, values in sorted(config.plugins.items()):
+        document[plugin] = to_values(values)
+    return tomli_w.dumps(document)
 
 
 def to_dict(config: RunConfig) -> dict[str, Any]:
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(config).items()}
+    core = {name: getattr(config, name) for name in FIELDS}
+    plugins = {plugin: to_values(values) for plugin, values in config.plugins.items()}
+    return {k: (str(v) if isinstance(v, Path) else v) for k, v in core.items()} | plugins

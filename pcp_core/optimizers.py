@@ -119,13 +119,17 @@ class InnerOptimizer:
     role: str = "inner"
     # The field of its state that holds a running average of past gradients (AdamW's
     # first moment `mu`), which DiLoCo's workers zero at the start of a round (see
-    # RunConfig.inner_momentum); None: nothing in its state is momentum.
+    # DilocoSettings.inner_momentum); None: nothing in its state is momentum.
     momentum_field: str | None = None
+    # Its own settings, if any: a dataclass of `pcp_core.settings.setting` fields (flags
+    # and a TOML section named after it); read with `config.settings(name)`.
+    settings: type | None = None
 
 
 @dataclass(frozen=True)
 class OuterSettings:
-    """Hyperparameters of the outer optimizer (PCP's defaults; see `RunConfig.outer_lr`)."""
+    """Hyperparameters of the outer optimizer (PCP's defaults; DiLoCo passes its
+    `--outer-lr` and `--outer-momentum`)."""
 
     lr: float = 1.0
     momentum: float = 0.7
@@ -147,3 +151,6 @@ class OuterOptimizer:
     create: Callable[[OuterSettings, list[np.ndarray]], OuterStep]
     description: str = ""
     role: str = "outer"
+    # Its own settings, if any: a dataclass of `pcp_core.settings.setting` fields (flags
+    # and a TOML section named after it); read with `config.settings(name)`.
+    settings: type | None = None

@@ -53,7 +53,7 @@ def test_config_file_and_flags(tmp_path: Path) -> None:
         (["--lr", "nan"], "lr must be a finite number, got nan"),
         (["--beta2", "1"], "beta2 must be in [0, 1), got 1.0"),
         (["--min-lr", "0.1"], "min_lr must not be above lr, got min_lr 0.1 and lr 0.003"),
-        (["--outer-lr", "0"], "outer_lr must be positive, got 0.0"),
+        (["--outer-lr", "0"], "diloco.outer_lr must be positive, got 0.0"),
         (["--join-timeout", "-1"], "join_timeout must not be negative, got -1.0"),
     ],
 )

@@ -81,13 +81,9 @@ def test_config_precedence_and_errors(tmp_path: Path) -> None:
     [
         ({"lr": float("nan")}, "lr must be a finite number, got nan"),
         ({"lr": float("inf")}, "lr must be a finite number, got inf"),
-        ({"outer_lr": float("-inf")}, "outer_lr must be a finite number, got -inf"),
         ({"worker_timeout": float("nan")}, "worker_timeout must be a finite number, got nan"),
         ({"beta1": 1.0}, "beta1 must be in [0, 1), got 1.0"),
         ({"beta2": -0.1}, "beta2 must be in [0, 1), got -0.1"),
-        ({"outer_momentum": 1.5}, "outer_momentum must be in [0, 1), got 1.5"),
-        ({"outer_lr": 0.0}, "outer_lr must be positive, got 0.0"),
-        ({"outer_lr": -0.7}, "outer_lr must be positive, got -0.7"),
         ({"eps": 0.0}, "eps must be positive, got 0.0"),
         ({"weight_decay": -0.1}, "weight_decay must not be negative, got -0.1"),
         ({"grad_clip": -1.0}, "grad_clip must not be negative, got -1.0"),
@@ -110,7 +106,7 @@ def test_out_of_range_settings_are_refused_by_name(
 
 
 def test_edges_of_the_ranges_are_accepted() -> None:
-    edges = {"beta1": 0.0, "beta2": 0.999, "outer_momentum": 0.0, "weight_decay": 0.0}
+    edges = {"beta1": 0.0, "beta2": 0.999, "weight_decay": 0.0}
     edges |= {"grad_clip": 0.0, "join_timeout": 0.0, "lr": 1e-3, "min_lr": 1e-3}
     assert run_config.resolve(None, edges).min_lr == 1e-3
 

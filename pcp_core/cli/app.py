@@ -10,6 +10,7 @@ from pcp_core.cli import info, training, worker
 from pcp_core.cli.common import LOG_FORMATS, configure_logging, fail
 from pcp_core.cli.data import data_app
 from pcp_core.cli.plot import plot
+from pcp_core.settings import declared_settings
 
 app = typer.Typer(
     name="pcp",
@@ -38,7 +39,6 @@ def setup(
 
 
 app.callback()(setup)
-training.register(app)
 worker.register(app)
 info.register(app)
 app.add_typer(data_app, name="data")
@@ -56,5 +56,6 @@ def main() -> None:
     except plugins.PluginLoadError as error:
         typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
         sys.exit(1)
+    training.register(app, declared_settings(host))
     host.add_commands(app)
     app()

@@ -20,6 +20,8 @@ from pcp_core import config as run_config
 from pcp_core import exit_codes, plugins
 from pcp_core.registry import DuplicateNameError, UnknownNameError
 
+log = structlog.get_logger(__name__)
+
 
 def user_errors() -> tuple[type[BaseException], ...]:
     """Errors caused by input a user can fix: shown as one line, not a traceback."""
@@ -127,12 +129,53 @@ OVERWRITE_OPTION = option(
 )
 
 
+def _flag(name: str, kind: Any, help_text: str) -> inspect.Parameter:
+    """An option `--NAME` of type `kind` whose value is None unless given, so that only
+    flags given override the TOML file (the help says the real default)."""
+    base = next(t for t in getattr(kind, "__args__", (kind,)) if t is not type(None))
+    flag = "--" + name.replace("_", "-")
+    return option(
+        name,
+        Optional[base],  # noqa: UP045
+        typer.Option(None, flag, help=help_text, show_default=False),
+    )
+
+
+def _default(value: Any) -> str:
+    # the bracket escaped from Rich's markup
+    return "" if value is None else f" \\[default: {value}]"
+
+
+def plugin_flags(declared: dict[str, type]) -> dict[str, inspect.Parameter]:
+    """One flag per setting name that the plugins in `declared` declare: a name two
+    plugins share (`--beta1` of two optimizers) is one flag that sets both. A name the
+    core's settings already have is left out, with a warning."""
+    owners: dict[str, list[tuple[str, dataclasses.Field[Any]]]] = {}
+    for plugin, kind in declared.items():
+        for field in dataclasses.fields(kind):
+            owners.setdefault(field.name, []).append((plugin, field))
+    flags = {}
+    for name, fields in owners.items():
+        if name in run_config.FIELDS:
+            log.warning("a plugin's setting has a core setting's name; it has no flag",
+                        setting=name, plugins=[plugin for plugin, _ in fields])  # fmt: skip
+            continue
+        help_text = " | ".join(
+            f"{plugin}: {field.metadata['help']}{_default(field.default)}"
+            for plugin, field in fields
+        )
+        flags[name] = _flag(name, fields[0][1].type, help_text)
+    return flags
+
+
 def with_run_config(
     command: Callable[..., None],
     defaults: dict[str, Any] | None = None,
     extra: list[inspect.Parameter] | None = None,
+    declared: dict[str, type] | None = None,
 ) -> Callable[..., None]:
-    """Give `command` one option per RunConfig field plus `--config FILE.toml`.
+    """Give `command` one option per RunConfig field, one per setting of the installed
+    plugins (`declared`, by plugin name), and `--config FILE.toml`.
 
     `defaults` replace the dataclass defaults for this command (the TOML file and flags
     still win over them); `extra` options are passed to `command` as keyword arguments.
@@ -141,31 +184,14 @@ def with_run_config(
     """
     defaults = defaults or {}
     extra = extra or []
-    parameters = [
-        *extra,
-        option(
-            "config_file",
-            Optional[Path],  # noqa: UP045
-            typer.Option(None, "--config", help="TOML file of settings; flags win."),
-        ),
-    ]
-    for field in dataclasses.fields(run_config.RunConfig):
-        base = next(
-            t for t in getattr(field.type, "__args__", (field.type,)) if t is not type(None)
-        )
-        shown = defaults.get(field.name, field.default)
-        flag = "--" + field.name.replace("_", "-")
-        # the value is None so that only flags given override the TOML file; the help
-        # shows the real default, its bracket escaped from Rich's markup
-        default = "" if shown is None else f" \\[default: {shown}]"
-        help_text = field.metadata["help"] + default
-        parameters.append(
-            option(
-                field.name,
-                Optional[base],  # noqa: UP045
-                typer.Option(None, flag, help=help_text, show_default=False),
-            )
-        )
+    declared = declared or {}
+    config_option = typer.Option(None, "--config", help="TOML file of settings; flags win.")
+    parameters = [*extra, option("config_file", Optional[Path], config_option)]  # noqa: UP045
+    for name, field in run_config.FIELDS.items():
+        shown = defaults.get(name, field.default)
+        parameters.append(_flag(name, field.type, field.metadata["help"] + _default(shown)))
+    for_plugins = plugin_flags(declared)
+    parameters += for_plugins.values()
 
     def wrapper(**kwargs: Any) -> None:
         config_file = kwargs.pop("config_file")
@@ -183,7 +209,7 @@ def with_run_config(
                 fail(f"--resume: {resume} is not a run directory (no config.toml in it)")
             config_file, kwargs["out"] = resume / "config.toml", resume
         try:
-            resolved = run_config.resolve(config_file, kwargs, defaults)
+            resolved = run_config.resolve(config_file, kwargs, defaults, declared)
         except run_config.ConfigError as error:
             fail(str(error))
         command(resolved, **extra_values)

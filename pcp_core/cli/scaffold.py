@@ -27,7 +27,7 @@ USAGE = {
     "backend": "pcp train --backend $name",
     "optimizer": "pcp train --optimizer $name",
     "transport": "pcp train --algorithm diloco --transport $name",
-    "algorithm": "pcp train --algorithm $name",
+    "algorithm": "pcp train --algorithm $name --loss-goal 2.5   # --loss-goal: its own setting",
     "model": "pcp train --model $name --model-settings context=8,n_hidden=256",
     "dataset": "pcp train --dataset $name --data DIR_OF_TXT_FILES",
 }

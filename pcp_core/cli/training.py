@@ -100,11 +100,14 @@ OUTPUT_OPTION = option(
 )
 
 
-def register(app: typer.Typer) -> None:
-    """Add train, shepherd and compile to `app`."""
+def register(app: typer.Typer, declared: dict[str, type]) -> None:
+    """Add train, shepherd and compile to `app`, with a flag for every setting of the
+    installed plugins that `declared` lists (`pcp_core.settings.declared_settings`)."""
     run_options = [RESUME_OPTION, OVERWRITE_OPTION, DASHBOARD_OPTION]
-    app.command("train")(with_run_config(train, extra=run_options))
+    app.command("train")(with_run_config(train, extra=run_options, declared=declared))
     app.command("shepherd")(
-        with_run_config(shepherd, defaults={"algorithm": "diloco"}, extra=run_options)
+        with_run_config(
+            shepherd, defaults={"algorithm": "diloco"}, extra=run_options, declared=declared
+        )
     )
-    app.command("compile")(with_run_config(compile_vmfb, extra=[OUTPUT_OPTION]))
+    app.command("compile")(with_run_config(compile_vmfb, extra=[OUTPUT_OPTION], declared=declared))

@@ -18,6 +18,7 @@ import structlog
 from pcp_core import config as run_config
 from pcp_core import plugins
 from pcp_core.algorithms import RunContext
+from pcp_core.config import with_plugin_settings
 from pcp_core.program.checkpoint import CheckpointWriteError
 from pcp_core.run.directory import (
     earlier_run,
@@ -26,6 +27,7 @@ from pcp_core.run.directory import (
     start_run_dir,
     write_json,
 )
+from pcp_core.settings import declared_settings
 from pcp_core.shepherd.distributed import open_endpoint
 from pcp_core.watch.dashboard import Dashboard
 from pcp_core.watch.metrics import open_metrics
@@ -54,8 +56,8 @@ def train(
     Errors a user can fix are `pcp_core.config.ConfigError` and the others the CLI turns
     into one line (`pcp_core.cli.common.user_errors`).
     """
-    config = config.validate()
     host = plugins.host()
+    config = with_plugin_settings(config.validate(), declared_settings(host))
     algorithm = host.algorithm(config.algorithm)
     host.model(config.model)  # unknown names fail here, before --overwrite deletes anything
     host.dataset(config.dataset)

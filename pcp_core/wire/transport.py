@@ -94,3 +94,6 @@ class Transport:
     listen: Callable[[str, int, TransportOptions], Listener]
     connect: Callable[[str, int, TransportOptions], Connection]
     description: str = ""
+    # Its own settings, if any: a dataclass of `pcp_core.settings.setting` fields (flags
+    # and a TOML section named after it); read with `config.settings(name)`.
+    settings: type | None = None

@@ -4,6 +4,7 @@ the outer optimizer (Nesterov momentum by default)."""
 
 from pcp_core import hookimpl
 from pcp_core.algorithms import Algorithm
+from pcp_diloco.settings import DilocoSettings
 
 PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
@@ -25,6 +26,7 @@ DILOCO = Algorithm(
     run=_run,
     worker_round=_worker_round,
     resumable=True,
+    settings=DilocoSettings,
     description="DiLoCo: H local steps per round, outer Nesterov step on the shepherd",
 )
 

@@ -14,7 +14,7 @@ import numpy as np
 import structlog
 
 from pcp_core.algorithms import RunContext
-from pcp_core.config import ConfigError, RunConfig, inner_lr_exponent
+from pcp_core.config import ConfigError, RunConfig
 from pcp_core.optimizers import OuterSettings, OuterStep
 from pcp_core.program import checkpoint
 from pcp_core.program.training import prepare
@@ -23,6 +23,7 @@ from pcp_core.shepherd.rounds import RoundOutcome
 from pcp_core.shepherd.session import Shepherd
 from pcp_core.shepherd.step_guard import StepGuard, outliers
 from pcp_core.wire.messages import Assignment
+from pcp_diloco.settings import DilocoSettings, lr_exponent
 
 log = structlog.get_logger(__name__)
 
@@ -31,11 +32,12 @@ def plan(config: RunConfig) -> tuple[RunConfig, int]:
     """The config the workers' program is built from, and the number of rounds: a
     steps-per-call that divides H, the inner learning rates of `inner_lr_scale` and the
     warm-up of `inner_warmup_steps`."""
-    if config.steps % config.inner_steps:
+    diloco: DilocoSettings = config.settings("diloco")
+    if config.steps % diloco.inner_steps:
         raise ConfigError(
-            f"steps ({config.steps}) must be a multiple of inner_steps ({config.inner_steps})"
+            f"steps ({config.steps}) must be a multiple of inner_steps ({diloco.inner_steps})"
         )
-    steps_per_call = math.gcd(config.steps_per_call, config.inner_steps)
+    steps_per_call = math.gcd(config.steps_per_call, diloco.inner_steps)
     scale = inner_lr_scale(config)
     planned = dataclasses.replace(
         config,
@@ -44,19 +46,21 @@ def plan(config: RunConfig) -> tuple[RunConfig, int]:
         min_lr=config.final_lr() * scale,
         warmup_steps=inner_warmup_steps(config),
     )
-    return planned, config.steps // config.inner_steps
+    return planned, config.steps // diloco.inner_steps
 
 
 def inner_lr_scale(config: RunConfig) -> float:
     """What the workers' inner learning rates are --lr and --min-lr multiplied by: M^p
     for M workers and p of `--inner-lr-scaling`."""
-    return config.workers ** inner_lr_exponent(config.inner_lr_scaling)
+    diloco: DilocoSettings = config.settings("diloco")
+    return config.workers ** (lr_exponent(diloco.inner_lr_scaling) or 0.0)
 
 
 def inner_warmup_steps(config: RunConfig) -> int:
     """The workers' warm-up: --inner-warmup-rounds rounds, at most a third of the run,
     or --warmup-steps where that is longer."""
-    rounds = min(config.inner_warmup_rounds * config.inner_steps, config.steps // 3)
+    diloco: DilocoSettings = config.settings("diloco")
+    rounds = min(diloco.inner_warmup_rounds * diloco.inner_steps, config.steps // 3)
     return max(config.warmup_steps, rounds)
 
 
@@ -64,17 +68,19 @@ def momentum_to_reset(config: RunConfig, plugins: Any, program: Any) -> list[str
     """The inner-state tensors a worker zeroes at the start of each round: the inner
     optimizer's momentum under `--inner-momentum reset`, nothing under `keep` or for an
     optimizer that declares no momentum."""
+    diloco: DilocoSettings = config.settings("diloco")
     field = getattr(plugins.optimizer(config.optimizer), "momentum_field", None)
-    if config.inner_momentum == "keep" or field is None:
+    if diloco.inner_momentum == "keep" or field is None:
         return []
     return program.opt_field_names(field)
 
 
 def run(ctx: RunContext) -> dict[str, Any]:
     config, rounds = plan(ctx.config)
-    outer = ctx.plugins.optimizer(config.outer_optimizer)
+    diloco: DilocoSettings = config.settings("diloco")
+    outer = ctx.plugins.optimizer(diloco.outer_optimizer)
     if getattr(outer, "role", None) != "outer":
-        raise ConfigError(f"optimizer {config.outer_optimizer!r} is not an outer optimizer")
+        raise ConfigError(f"optimizer {diloco.outer_optimizer!r} is not an outer optimizer")
     ctx.plugins.transport(config.transport)  # fail on an unknown transport before compiling
     trainers = config.local_worker_backends() if ctx.local_workers else []
     setup = prepare(config, ctx.plugins, trainers=trainers, shepherd=True)
@@ -83,7 +89,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
         log.info("inner learning rate", lr=config.lr, min_lr=config.min_lr, of_lr=ctx.config.lr,
                  workers=config.workers, warmup_steps=config.warmup_steps)  # fmt: skip
     params = setup.initial_params()
-    outer_step = outer.create(OuterSettings(config.outer_lr, config.outer_momentum), params)
+    outer_step = outer.create(OuterSettings(diloco.outer_lr, diloco.outer_momentum), params)
     state = RunState(run_id=uuid.uuid4().hex)
     if ctx.resume:
         state = resume(ctx, setup, params, outer_step)
@@ -94,8 +100,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
             )
     delta = [np.zeros_like(p) for p in params]  # the mean of a round's pseudo-gradients
     guard = StepGuard(params)
-    outer = OuterUpdate(outer_step, config.outer_warmup_rounds)
-    tokens_per_round = config.inner_steps * setup.tokens_per_step()
+    outer = OuterUpdate(outer_step, diloco.outer_warmup_rounds)
+    tokens_per_round = diloco.inner_steps * setup.tokens_per_step()
     record: dict[str, Any] = {}
 
     settings = {
@@ -117,12 +123,12 @@ def run(ctx: RunContext) -> dict[str, Any]:
 
             def assignment(worker: int, index: int = index, shards: int = shards) -> Assignment:
                 return Assignment(
-                    index, config.inner_steps, (worker + index) % shards, shards, config.seed
+                    index, diloco.inner_steps, (worker + index) % shards, shards, config.seed
                 )
 
             outcome = guarded_round(shepherd, guard, index, params, delta, assignment, outer)
 
-            step = (index + 1) * config.inner_steps
+            step = (index + 1) * diloco.inner_steps
             tail = config.steps_per_call
             worker_losses = {
                 str(w): float(np.mean(r.losses[-tail:])) for w, r in sorted(outcome.results.items())
@@ -131,7 +137,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 status.worker_result(
                     worker,
                     worker_losses[str(worker)],
-                    config.inner_steps,
+                    diloco.inner_steps,
                     tokens_per_round,
                     result.compute_s,
                 )
@@ -156,7 +162,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 "compute_s": round(compute_s, 4),
                 "communication_s": round(max(outcome.seconds - compute_s, 0.0), 4),
             }
-            evaluate = setup.evaluates_after(step, config.inner_steps)
+            evaluate = setup.evaluates_after(step, diloco.inner_steps)
             if evaluate:
                 status.set_state("evaluating", round=index)
                 state.val_loss = setup.validation_loss(params)

@@ -13,13 +13,15 @@ from pcp_diloco.shepherd_side import momentum_to_reset, plan
 from pcp_core import config, plugins
 from pcp_core.optimizers import InnerSettings
 from pcp_core.program import training
+from pcp_core.settings import declared_settings
 
 FLAGS = {"algorithm": "diloco", "steps": 1000, "inner_steps": 50}
+DECLARED = declared_settings(plugins.host())
 
 
 def workers_inner(flags: dict) -> InnerSettings:
     """The inner settings the shepherd compiles into the program it ships to workers."""
-    planned, _ = plan(config.resolve(None, FLAGS | flags))
+    planned, _ = plan(config.resolve(None, FLAGS | flags, declared=DECLARED))
     return training.inner_settings(planned)
 
 
@@ -47,7 +49,7 @@ def test_an_explicit_min_lr_and_worker_backends_count_too() -> None:
 
 
 def test_the_user_config_is_left_as_given() -> None:
-    given = config.resolve(None, FLAGS | {"workers": 4})
+    given = config.resolve(None, FLAGS | {"workers": 4}, declared=DECLARED)
     plan(given)
     assert (given.lr, given.min_lr) == (3e-3, None)
 
@@ -71,17 +73,20 @@ def test_the_warmup_is_the_longer_of_the_rounds_and_warmup_steps(flags: dict, wa
 
 
 def test_the_momentum_a_worker_zeroes_is_adamws_first_moment() -> None:
-    given = config.resolve(None, FLAGS | {"n_layer": 1, "n_embd": 32, "n_head": 2})
+    given = config.resolve(
+        None, FLAGS | {"n_layer": 1, "n_embd": 32, "n_head": 2}, declared=DECLARED
+    )
     setup = training.prepare(plan(given)[0], plugins.host())
     names = [spec.name for spec in setup.program.opt_specs]
     first_moments = [name for name in names if name.startswith("opt.mu[")]
     assert len(first_moments) == len(setup.program.param_specs)
     assert momentum_to_reset(given, plugins.host(), setup.program) == first_moments
-    kept = dataclasses.replace(given, inner_momentum="keep")
+    keep = dataclasses.replace(given.settings("diloco"), inner_momentum="keep")
+    kept = dataclasses.replace(given, plugins={**given.plugins, "diloco": keep})
     assert momentum_to_reset(kept, plugins.host(), setup.program) == []
 
 
-SCALING_MESSAGE = "inner_lr_scaling must be sqrt, none or an exponent from 0 to 1: "
+SCALING_MESSAGE = "diloco.inner_lr_scaling must be sqrt, none or an exponent from 0 to 1: "
 
 
 @pytest.mark.parametrize(
@@ -91,12 +96,38 @@ SCALING_MESSAGE = "inner_lr_scaling must be sqrt, none or an exponent from 0 to 
             ({"inner_lr_scaling": bad}, SCALING_MESSAGE + repr(bad))
             for bad in ("linear", "1.5", "-0.5", "nan")
         ),
-        ({"inner_warmup_rounds": -1}, "inner_warmup_rounds must not be negative, got -1"),
-        ({"outer_warmup_rounds": -2}, "outer_warmup_rounds must not be negative, got -2"),
-        ({"inner_momentum": "zero"}, "inner_momentum must be one of reset, keep: 'zero'"),
+        ({"inner_warmup_rounds": -1}, "diloco.inner_warmup_rounds must not be negative, got -1"),
+        ({"outer_warmup_rounds": -2}, "diloco.outer_warmup_rounds must not be negative, got -2"),
+        ({"inner_momentum": "zero"}, "diloco.inner_momentum must be one of reset, keep: 'zero'"),
+        ({"outer_lr": float("-inf")}, "diloco.outer_lr must be a finite number, got -inf"),
+        ({"outer_momentum": 1.5}, "diloco.outer_momentum must be in [0, 1), got 1.5"),
+        ({"outer_lr": 0.0}, "diloco.outer_lr must be positive, got 0.0"),
+        ({"outer_lr": -0.7}, "diloco.outer_lr must be positive, got -0.7"),
+        ({"inner_steps": 0}, "diloco.inner_steps must be positive, got 0"),
     ],
 )
 def test_bad_values_are_refused_in_one_line(flags: dict, message: str) -> None:
     with pytest.raises(config.ConfigError) as refused:
-        config.resolve(None, FLAGS | flags)
+        config.resolve(None, FLAGS | flags, declared=DECLARED)
     assert str(refused.value) == message
+
+
+def test_a_diloco_section_in_toml_sets_them_and_a_flat_key_still_works(tmp_path) -> None:
+    """`[diloco]` in a config file; the flat key of old config files is read as if it
+    were under the section; an unknown key in the section is one line naming it."""
+    toml = tmp_path / "run.toml"
+    toml.write_text('algorithm = "diloco"\nsteps = 100\n[diloco]\ninner_steps = 20\n')
+    assert config.resolve(toml, {}, declared=DECLARED).settings("diloco").inner_steps == 20
+    toml.write_text('algorithm = "diloco"\nsteps = 100\ninner_steps = 25\n')
+    assert config.resolve(toml, {}, declared=DECLARED).settings("diloco").inner_steps == 25
+    toml.write_text("[diloco]\ninner_stepz = 20\n")
+    with pytest.raises(config.ConfigError, match=r"\[diloco\] has no setting 'inner_stepz'"):
+        config.resolve(toml, {}, declared=DECLARED)
+
+
+def test_the_run_directory_keeps_the_section(tmp_path) -> None:
+    resolved = config.resolve(None, FLAGS | {"outer_lr": 0.8}, declared=DECLARED)
+    saved = tmp_path / "config.toml"
+    saved.write_text(config.to_toml(resolved))
+    assert "[diloco]" in saved.read_text()
+    assert config.resolve(saved, {}, declared=DECLARED) == resolved

@@ -16,6 +16,7 @@ from safetensors.numpy import load_file
 
 from pcp_core import config, plugins
 from pcp_core.program import training
+from pcp_core.settings import declared_settings
 
 MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 64, "block_size": 32, "batch_size": 8}
 # without warmup the first steps already move the weights, so a wrong reference shows
@@ -29,7 +30,7 @@ def cli_flags(settings: dict[str, Any]) -> list[str]:
 
 def reference_setup(settings: dict[str, Any]) -> Any:
     """The training setup the shepherd builds for these settings (DiLoCo's plan included)."""
-    planned, _ = plan(config.resolve(None, settings))
+    planned, _ = plan(config.resolve(None, settings, declared=declared_settings(plugins.host())))
     return training.prepare(planned, plugins.host())
 
 
@@ -40,7 +41,7 @@ def local_steps(
     program, run = setup.program, setup.config
     shards = run.workers
     losses: list[float] = []
-    for call in range(run.inner_steps // program.steps_per_call):
+    for call in range(run.settings("diloco").inner_steps // program.steps_per_call):
         x, y = setup.corpus.batches(
             "train",
             program.steps_per_call,

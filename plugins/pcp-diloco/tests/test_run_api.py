@@ -7,20 +7,19 @@ from pathlib import Path
 import pytest
 
 from pcp_core import run
-from pcp_core.config import RunConfig
-
-pytestmark = pytest.mark.slow
+from pcp_core.config import ConfigError, RunConfig
 
 
+@pytest.mark.slow
 def test_a_diloco_run_from_python(tmp_path: Path) -> None:
     out = tmp_path / "run"
     config = RunConfig(
         algorithm="diloco",
         workers=2,
         steps=40,
-        inner_steps=10,
         eval_every=0,
         out=out,
+        plugins={"diloco": {"inner_steps": 10}},
         **{"n_layer": 1, "n_head": 2, "n_embd": 64, "block_size": 32, "batch_size": 8},
     )
     summary = run.train(config, dashboard=False)
@@ -29,3 +28,12 @@ def test_a_diloco_run_from_python(tmp_path: Path) -> None:
     rounds = [r for r in records if "round" in r]
     assert [r["round"] for r in rounds] == [0, 1, 2, 3]
     assert all(r["workers"] == 2 for r in rounds)
+
+
+def test_diloco_settings_from_python_are_checked_by_name(tmp_path: Path) -> None:
+    config = RunConfig(
+        algorithm="diloco", out=tmp_path / "run", plugins={"diloco": {"outer_lr": 0}}
+    )
+    with pytest.raises(ConfigError, match=r"^diloco.outer_lr must be positive, got 0"):
+        run.train(config, dashboard=False)
+    assert not (tmp_path / "run").exists()

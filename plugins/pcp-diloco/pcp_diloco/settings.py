@@ -1,0 +1,96 @@
+"""DiLoCo's own settings: the `[diloco]` section of a run's TOML and their flags
+(`--inner-steps`, `--outer-lr`, ...), declared as PCP plugins declare settings."""
+
+from dataclasses import dataclass
+
+from pcp_core.config import MAX_STEPS
+from pcp_core.settings import setting
+
+# Named exponents of --inner-lr-scaling (see DilocoSettings.inner_lr_scaling).
+INNER_LR_SCALINGS = {"sqrt": 0.5, "none": 0.0}
+SCALING_WRONG = "must be sqrt, none or an exponent from 0 to 1"
+
+
+def lr_exponent(scaling: str) -> float | None:
+    """p of --inner-lr-scaling (the workers' lr is --lr times M^p): a named one or a
+    number from 0 to 1; None for anything else."""
+    if scaling in INNER_LR_SCALINGS:
+        return INNER_LR_SCALINGS[scaling]
+    try:
+        exponent = float(scaling)
+    except ValueError:
+        return None
+    return exponent if 0 <= exponent <= 1 else None
+
+
+@dataclass(frozen=True)
+class DilocoSettings:
+    """What `pcp train --algorithm diloco` adds to a run's settings."""
+
+    inner_steps: int = setting(
+        50, "Inner steps per round (H).", low=0, low_open=True, high=MAX_STEPS
+    )
+    outer_optimizer: str = setting("nesterov", "Outer optimizer run by the shepherd.")
+    # Measured against synchronous training at equal tokens (benchmarks/diloco_quality.py,
+    # 20 rounds; the trials in benchmarks/results/diloco_trials_2026-11-24*.md): the
+    # paper's 0.7 and 0.9 lost 4-12% with two workers. With the workers' inner lr and
+    # warm-up below, momentum 0.7 beat 0.5 on 5 of 8 corpus and worker-count pairs and
+    # in the worst one (four workers on perl-docs: +2.1% against +3.3%); 0.3 lost 3-6%.
+    outer_lr: float = setting(1.0, "Outer learning rate.", low=0, low_open=True)
+    outer_momentum: float = setting(
+        0.7,
+        "Outer Nesterov momentum (the paper's 0.9 suits thousands of rounds).",
+        low=0,
+        high=1,
+        high_open=True,
+    )
+    # A worker's batch is 1/M of the batch that M workers' averaged step sees, and Adam's
+    # progress per step in the noisy regime grows about with the square root of the batch:
+    # at √M the workers lost 1-3% to synchronous training where --lr as given lost 4-13%
+    # with four workers, but only with a warm-up of several rounds (4: 1.2-3.9%, 6:
+    # 1.0-3.3%, a third of the run: 1.2-1.5% with momentum 0.7); with 20 steps of it a
+    # larger lr stalled four workers on two of four corpora (+20% and +37%). M^0.75 beat
+    # √M in 17 of 20 runs (5 corpora and models, M = 2 and 4, seeds 0 and 1); its worst
+    # was +3.0% (village, four workers, seed 1), √M's +4.1% and +3.4% (perl docs and the
+    # small model, four workers): benchmarks/results/diloco_trials_2026-11-24c.md.
+    inner_lr_scaling: str = setting(
+        "0.75",
+        "the workers' inner learning rate is --lr and --min-lr (those of training "
+        "the same tokens a step on one machine) times M^p, M the number of workers: p a "
+        "number from 0 to 1, `sqrt` (0.5) or `none` (0: the lr as given, e.g. one tuned "
+        "for the workers).",
+        check=lambda value: None if lr_exponent(value) is not None else SCALING_WRONG,
+    )
+    inner_warmup_rounds: int = setting(
+        8,
+        "The workers' learning rate warms up over this many rounds of H steps (at "
+        "most a third of --steps) where that is longer than --warmup-steps; from scratch a "
+        "shorter warm-up to the scaled lr stalls the first rounds. 0: --warmup-steps alone.",
+        low=0,
+        high=MAX_STEPS,
+    )
+    # A worker's AdamW first moment at the end of a round is the direction of its own
+    # last steps, which the outer step has just replaced; carried into the next round it
+    # pulls the worker back along its own path. Zeroed (the first steps of a round then
+    # also move less while it rebuilds, over about 1/(1 - beta1) steps), the worst
+    # four-worker cell of benchmarks/diloco_quality.py went from +2.9% to +1.9% and the
+    # mean of all four-worker runs from +1.7% to +1.4%; two workers gave up 0.4 points on
+    # average, their means still -3.3% to +0.5% (benchmarks/results/diloco_trials_2026-11-24e.md).
+    inner_momentum: str = setting(
+        "reset",
+        "A worker's inner optimizer momentum at the start of a round: reset (zeroed) "
+        "or keep (carried over, as in the DiLoCo paper).",
+        choices=("reset", "keep"),
+    )
+    # Averaging the first rounds instead of a Nesterov step (which moves 1 + momentum
+    # times the run's largest pseudo-gradients) gained 0.7-2 points with two workers and
+    # the lr as given; with the scaled lr and warm-up above it helped on two corpora and
+    # hurt on three (four workers), so it is off.
+    outer_warmup_rounds: int = setting(
+        0,
+        "First rounds that take the plain average of the workers' models (outer lr "
+        "1, no momentum) before the outer optimizer starts; 2 gained 1-2 points with two "
+        "workers under --inner-lr-scaling none, and was mixed with the scaled lr.",
+        low=0,
+        high=MAX_STEPS,
+    )
