@@ -55,15 +55,18 @@ CHOICES = {
     "weight_gradient": ("precision", "SINGLE_PRODUCT_PLATFORMS"),
     "bf16_hidden": ("precision", "BF16_HIDDEN_PLATFORMS"),
     "bf16_outputs": ("precision", "BF16_OUTPUT_PLATFORMS"),
+    "compiler_options": ("runtime", "COMPILER_OPTIONS"),  # pcp_xla.runtime's, by platform
 }
 CUDA, NONE = ("cuda",), ()
-XLA_VARIANTS: dict[str, dict[str, tuple[str, ...]]] = {
+EXACT = {"cuda": {"xla_allow_excess_precision": False}}  # XLA keeps the program's roundings
+XLA_VARIANTS: dict[str, dict[str, Any]] = {
     "pcp": {},  # as the modules say
-    "portable": dict.fromkeys(CHOICES, NONE),
-    "fused-attention": {**dict.fromkeys(CHOICES, NONE), "attention": CUDA},
+    "portable": {**dict.fromkeys(CHOICES, NONE), "compiler_options": {}},
+    "fused-attention": {**dict.fromkeys(CHOICES, NONE), "compiler_options": {}, "attention": CUDA},
     # the CUDA export of 2026-11-25's first table (ee7183f)
     "before": {
         **dict.fromkeys(CHOICES, NONE),
+        "compiler_options": {},
         "attention": CUDA,
         "forms": CUDA,
         "weight_gradient": CUDA,
@@ -71,6 +74,9 @@ XLA_VARIANTS: dict[str, dict[str, tuple[str, ...]]] = {
     "bf16-hidden": {"bf16_hidden": CUDA},
     "no-bf16-hidden": {"bf16_hidden": NONE},
     "bf16-outputs": {"bf16_outputs": CUDA},
+    # not yet measured on a GPU (see pcp_xla.runtime.COMPILER_OPTIONS)
+    "exact-precision": {"compiler_options": EXACT},
+    "exact-precision-bf16-hidden": {"compiler_options": EXACT, "bf16_hidden": CUDA},
 }
 
 
@@ -269,9 +275,11 @@ def release_torch() -> None:
 @contextlib.contextmanager
 def xla_variant(name: str) -> Iterator[None]:
     """The CUDA export's per-platform choices as `XLA_VARIANTS[name]` says."""
+    from pcp_xla import runtime
+
     from pcp_core import nanogpt, precision
 
-    modules = {"nanogpt": nanogpt, "precision": precision}
+    modules = {"nanogpt": nanogpt, "precision": precision, "runtime": runtime}
     where = {key: (modules[module], attribute) for key, (module, attribute) in CHOICES.items()}
     saved = {key: getattr(*where[key]) for key in CHOICES}
     for key, platforms in XLA_VARIANTS[name].items():
