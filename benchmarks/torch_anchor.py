@@ -15,7 +15,10 @@ step by step with the first PCP row's: the comparison is of equal work.
     python benchmarks/torch_anchor.py --size gpt2-small --batch 8 16 --precision bf16
 
 FLOPs a step = tokens × (6 × parameters + 12 × layers × width × block); MFU is that
-over the time and `--peak-tflops` (H100 dense bf16: 989). Needs torch, which is no
+over the time and `--peak-tflops` (H100 dense bf16: 989). Memory: torch's peak allocated
+bytes; for PCP, what XLA's compiled step says it needs (state, batch, temporaries), as
+jax's own peak counts every earlier variant's too. A way that fails (out of memory at a
+large batch) is a row that says so. Needs torch, which is no
 dependency of PCP: install it beside.
 """
 
@@ -41,22 +44,39 @@ RESULTS = Path(__file__).parent / "results"
 H100_BF16_DENSE_TFLOPS = 989.0
 
 # PCP's `xla` step with the per-platform choices of the CUDA export (see pcp_core.program.nanogpt
-# and pcp_core.program.precision) on or off: "pcp" is the program as shipped today.
-XLA_VARIANTS: dict[str, dict[str, tuple[str, ...]] | None] = {
-    "pcp": None,  # as the modules say
-    "portable": {"attention": (), "forms": (), "weight_gradient": (), "bf16_outputs": ()},
-    "fused-attention": {
-        "attention": ("cuda",),
-        "forms": (),
-        "weight_gradient": (),
-        "bf16_outputs": (),
+# and pcp_core.program.precision) switched: a variant names the choices it sets, the rest stay as
+# the modules say. "pcp" is the program as shipped today.
+CHOICES = {
+    "attention": ("nanogpt", "FUSED_ATTENTION_PLATFORMS"),
+    "forms": ("nanogpt", "XLA_FORM_PLATFORMS"),
+    "bf16_attention": ("nanogpt", "BF16_ATTENTION_PLATFORMS"),
+    "sorted_embedding": ("nanogpt", "SORTED_EMBEDDING_PLATFORMS"),
+    "one_pass_logsumexp": ("nanogpt", "ONE_PASS_LOGSUMEXP_PLATFORMS"),
+    "weight_gradient": ("precision", "SINGLE_PRODUCT_PLATFORMS"),
+    "bf16_hidden": ("precision", "BF16_HIDDEN_PLATFORMS"),
+    "bf16_outputs": ("precision", "BF16_OUTPUT_PLATFORMS"),
+    "compiler_options": ("runtime", "COMPILER_OPTIONS"),  # pcp_xla.runtime's, by platform
+}
+CUDA, NONE = ("cuda",), ()
+EXACT = {"cuda": {"xla_allow_excess_precision": False}}  # XLA keeps the program's roundings
+XLA_VARIANTS: dict[str, dict[str, Any]] = {
+    "pcp": {},  # as the modules say
+    "portable": {**dict.fromkeys(CHOICES, NONE), "compiler_options": {}},
+    "fused-attention": {**dict.fromkeys(CHOICES, NONE), "compiler_options": {}, "attention": CUDA},
+    # the CUDA export of 2026-11-25's first table (ee7183f)
+    "before": {
+        **dict.fromkeys(CHOICES, NONE),
+        "compiler_options": {},
+        "attention": CUDA,
+        "forms": CUDA,
+        "weight_gradient": CUDA,
     },
-    "bf16-outputs": {
-        "attention": ("cuda",),
-        "forms": ("cuda",),
-        "weight_gradient": ("cuda",),
-        "bf16_outputs": ("cuda",),
-    },
+    "bf16-hidden": {"bf16_hidden": CUDA},
+    "no-bf16-hidden": {"bf16_hidden": NONE},
+    "bf16-outputs": {"bf16_outputs": CUDA},
+    # not yet measured on a GPU (see pcp_xla.runtime.COMPILER_OPTIONS)
+    "exact-precision": {"compiler_options": EXACT},
+    "exact-precision-bf16-hidden": {"compiler_options": EXACT, "bf16_hidden": CUDA},
 }
 
 
@@ -217,7 +237,7 @@ def run_torch(
     return result
 
 
-def kernel_table(call: Any, rows: int = 40) -> str | None:
+def kernel_table(call: Any, rows: int = 80) -> str | None:
     """The GPU kernels that `call` ran, by total time, as torch's profiler (CUPTI) saw
     them: it sees every kernel of the process, XLA's too. None without a CUDA GPU."""
     import torch
@@ -255,16 +275,14 @@ def release_torch() -> None:
 @contextlib.contextmanager
 def xla_variant(name: str) -> Iterator[None]:
     """The CUDA export's per-platform choices as `XLA_VARIANTS[name]` says."""
+    from pcp_xla import runtime
+
     from pcp_core.program import nanogpt, precision
 
-    where = {
-        "attention": (nanogpt, "FUSED_ATTENTION_PLATFORMS"),
-        "forms": (nanogpt, "XLA_FORM_PLATFORMS"),
-        "weight_gradient": (precision, "SINGLE_PRODUCT_PLATFORMS"),
-        "bf16_outputs": (precision, "BF16_OUTPUT_PLATFORMS"),
-    }
-    saved = {key: getattr(module, name) for key, (module, name) in where.items()}
-    for key, platforms in (XLA_VARIANTS[name] or {}).items():
+    modules = {"nanogpt": nanogpt, "precision": precision, "runtime": runtime}
+    where = {key: (modules[module], attribute) for key, (module, attribute) in CHOICES.items()}
+    saved = {key: getattr(*where[key]) for key in CHOICES}
+    for key, platforms in XLA_VARIANTS[name].items():
         setattr(*where[key], platforms)
     try:
         yield
@@ -279,8 +297,10 @@ def run_xla(
     params: dict[str, np.ndarray],
     batches: list[tuple[np.ndarray, np.ndarray]],
     profile: bool = False,
+    hlo: Path | None = None,
 ) -> dict[str, Any]:
-    """PCP's `xla` backend (the export for this machine's platform) over `batches`."""
+    """PCP's `xla` backend (the export for this machine's platform) over `batches`; with
+    `hlo`, the compiled step's optimized HLO written there."""
     from pcp_core import plugins
 
     backend = plugins.host().backend("xla")
@@ -300,6 +320,10 @@ def run_xla(
         losses += [float(v) for v in executor.run(inputs, targets)]  # waits for the device
         times.append((time.perf_counter() - started) / k)
     peak = xla_peak_memory(executor.device)
+    step_memory = xla_step_memory(executor._step)
+    if hlo is not None:
+        hlo.parent.mkdir(parents=True, exist_ok=True)
+        hlo.write_text(executor._step.as_text())
     kernels = None
     if profile:
         inputs, targets = batches[-1]
@@ -313,7 +337,9 @@ def run_xla(
         "build_and_compile_s": round(build_s, 1),
         "artifact_bytes": len(artifact),
         "uses_cudnn_attention": uses_cudnn_attention(artifact),
-        "peak_memory_gb": peak,
+        "step_memory_gb": step_memory,
+        # the process's peak since it started, every earlier variant's included
+        "jax_peak_so_far_gb": peak,
     }
 
 
@@ -322,6 +348,22 @@ def uses_cudnn_attention(artifact: bytes) -> bool:
     import jax
 
     return "__cudnn$fmha" in jax.export.deserialize(bytearray(artifact)).mlir_module()
+
+
+def xla_step_memory(compiled: Any) -> float | None:
+    """What the compiled step needs on the device: its arguments (the state and the
+    batch), outputs not written over donated arguments, and its temporary buffers."""
+    try:
+        m = compiled.memory_analysis()
+        total = (
+            m.argument_size_in_bytes
+            + m.output_size_in_bytes
+            - m.alias_size_in_bytes
+            + m.temp_size_in_bytes
+        )
+    except (AttributeError, NotImplementedError, RuntimeError):
+        return None
+    return round(total / 2**30, 2)
 
 
 def xla_peak_memory(device: Any) -> float | None:
@@ -350,6 +392,7 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
     parameters = int(sum(p.size for p in params.values()))
     k = args.steps_per_call
     runs: dict[int, list[tuple[str, dict[str, Any]]]] = {batch: [] for batch in args.batch}
+    failed: list[dict[str, Any]] = []
     batches = {
         batch: [
             corpus.batches("train", k, batch, config["block_size"], (0, call))
@@ -360,16 +403,20 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
     for batch in args.batch:
         for way in args.torch:
             print(f"batch {batch}: torch {way}", flush=True)
-            run = run_torch(
-                way,
-                config,
-                params,
-                batches[batch],
-                args.precision,
-                args.torch_device,
-                profile=args.profile and way == "compiled",
-            )
-            runs[batch].append((f"torch {way}", run))
+            try:
+                run = run_torch(
+                    way,
+                    config,
+                    params,
+                    batches[batch],
+                    args.precision,
+                    args.torch_device,
+                    profile=args.profile and way == "compiled",
+                )
+                runs[batch].append((f"torch {way}", run))
+                said(f"torch {way}", batch, run)
+            except (RuntimeError, MemoryError) as error:  # out of memory: it does not fit
+                failed.append(did_not_fit(f"torch {way}", batch, error))
             release_torch()  # the model and optimizer went with run_torch's frame
     for batch in args.batch:
         if not args.xla:
@@ -385,13 +432,22 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
         for variant in args.xla:
             name = "pcp xla" if variant == "pcp" else f"pcp xla ({variant})"
             print(f"batch {batch}: {name}", flush=True)
-            run = run_xla(variant, program, params, batches[batch], profile=args.profile)
-            runs[batch].append((name, run))
+            hlo = args.hlo_dir / f"{variant}_b{batch}.hlo.txt" if args.hlo_dir else None
+            try:
+                run = run_xla(
+                    variant, program, params, batches[batch], profile=args.profile, hlo=hlo
+                )
+                runs[batch].append((name, run))
+                said(name, batch, run)
+            except Exception as error:  # XLA's out-of-memory error is of no one class
+                failed.append(did_not_fit(name, batch, error))
+            gc.collect()
         del program
         gc.collect()
-    return [
+    return failed + [
         row
         for batch in args.batch
+        if runs[batch]
         for row in rows_of(
             args,
             runs[batch],
@@ -400,6 +456,19 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
             config["block_size"],
         )
     ]
+
+
+def said(what: str, batch: int, run: dict[str, Any]) -> None:
+    """One line as each way finishes, so a run cut short still tells what it measured."""
+    ms = statistics.median(run["times"][1:]) * 1e3
+    memory = run.get("step_memory_gb", run.get("peak_memory_gb"))
+    print(f"batch {batch}: {what}: {ms:.2f} ms/step, {memory} GB", flush=True)
+
+
+def did_not_fit(what: str, batch: int, error: BaseException) -> dict[str, Any]:
+    message = str(error).strip().splitlines()[0][:300] if str(error).strip() else repr(error)
+    print(f"batch {batch}: {what} failed: {message}", flush=True)
+    return {"what": what, "batch_size": batch, "error": message}
 
 
 def rows_of(
@@ -455,6 +524,8 @@ def check_losses(rows: list[dict[str, Any]], tolerance: float) -> list[str]:
     (relative, on the last step) from the reference's."""
     problems = []
     for row in rows:
+        if "error" in row:
+            continue
         if not row["last_loss"] < row["first_loss"]:
             problems.append(f"{row['what']} batch {row['batch_size']}: the loss did not fall")
         reference = next(
@@ -498,14 +569,19 @@ def write_results(results: Path, stem: str, info: dict, rows: list[dict], comman
         f"    {command}\n",
         "| what | batch | precision | ms/step | tokens/s | TFLOP/s |"
         + (" MFU |" if mfu else "")
-        + " loss first → last | max |Δloss| vs PCP |",
-        "|---|---|---|---|---|---|" + ("---|" if mfu else "") + "---|---|",
+        + " memory (GB) | loss first → last | max |Δloss| vs PCP |",
+        "|---|---|---|---|---|---|" + ("---|" if mfu else "") + "---|---|---|",
     ]
     for r in rows:
+        if "error" in r:
+            lines.append(f"| {r['what']} | {r['batch_size']} | failed: {r['error'][:120]} |")
+            continue
+        memory = r.get("step_memory_gb", r.get("peak_memory_gb"))
         lines.append(
             f"| {r['what']} | {r['batch_size']} | {r['precision']} | {r['ms_per_step']} "
             f"| {r['tokens_per_s']:,} | {r['tflops']} |"
             + (f" {r['mfu']:.1%} |" if mfu else "")
+            + f" {memory} |"
             + f" {r['first_loss']:.4f} → {r['last_loss']:.4f}"
             + f" | {r['loss_max_abs_difference']:.2e} |"
         )
@@ -528,6 +604,7 @@ def main() -> None:
     parser.add_argument("--torch-device", default=None, help="default: cuda if torch has it")
     parser.add_argument("--peak-tflops", type=float, default=None, help="default: H100's on one")
     parser.add_argument("--profile", action="store_true", help="kernel tables (CUDA only)")
+    parser.add_argument("--hlo-dir", type=Path, default=None, help="write each xla step's HLO")
     parser.add_argument("--loss-tolerance", type=float, default=0.05)
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--stem", default="torch_anchor")

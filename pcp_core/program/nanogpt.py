@@ -29,6 +29,18 @@ FUSED_ATTENTION_PLATFORMS: tuple[str, ...] = ("cuda",)
 # gives the same bits each time (the conformance suite checks it).
 # benchmarks/torch_anchor.py empties these to time the portable program through XLA.
 XLA_FORM_PLATFORMS: tuple[str, ...] = ("cuda",)
+# Platforms whose exported `bf16` program, where cuDNN computes attention, passes q, k, v
+# and the attention's output between the products and cuDNN in bf16: the values cuDNN
+# took and gave anyway (each product adds its bias in float32 and rounds once), so the
+# same numbers, without a float32 copy of each written and converted (see `_dense`).
+BF16_ATTENTION_PLATFORMS: tuple[str, ...] = ("cuda",)
+# Platforms whose exported program takes the embedding's gradient by sorting the tokens
+# and summing each token's rows (see `_sorted_embedding_gradient`) rather than as the
+# one-hot product: a product as large as the output head's, for a few MB of sums.
+SORTED_EMBEDDING_PLATFORMS: tuple[str, ...] = ("cuda",)
+# Platforms whose exported program takes the cross-entropy's log-sum-exp in one pass
+# over the logits (a running maximum and sum, see `_logsumexp_in_one_pass`), not two.
+ONE_PASS_LOGSUMEXP_PLATFORMS: tuple[str, ...] = ("cuda",)
 
 DEFAULTS = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 64, "vocab_size": 256}
 
@@ -201,10 +213,46 @@ def _add_bias():
     return add_bias
 
 
-def _dense(params: Params, name: str, x, precision: str):
-    """`x @ weight + bias` of the layer `name`."""
-    product = precisions.matmul(x, params[name + ".weight"], precision)
-    return _add_bias()(product, params[name + ".bias"])
+def _dense(params: Params, name: str, x, precision: str, out_dtype=None):
+    """`x @ weight + bias` of the layer `name`; in `out_dtype` (bf16 where the program
+    keeps that activation in bf16), else float32. A bf16 `x` gets a bf16 gradient."""
+    import jax.numpy as jnp
+
+    weight, bias = params[name + ".weight"], params[name + ".bias"]
+    if out_dtype is None and (x.dtype == jnp.float32 or precisions.bf16_outputs(precision)):
+        return _add_bias()(precisions.matmul(x, weight, precision), bias)
+    out = jnp.dtype(out_dtype or jnp.float32).name
+    return _rounded_dense(precision, jnp.dtype(x.dtype).name, out)(x, weight, bias)
+
+
+@functools.cache
+def _rounded_dense(precision: str, in_dtype: str, out_dtype: str):
+    """`x @ weight + bias` with the bias added in float32 and the sum rounded once to
+    `out_dtype`; the gradient of `x` is the backward product's own output in `in_dtype`.
+
+    So a bf16 activation between two products (qkv into cuDNN, cuDNN's output into
+    `c_proj`) is written once in bf16, as the next product reads it, and its gradient
+    likewise: rounding a float32 result to bf16 as a separate pass computes the same
+    values and moves three times the bytes.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    def forward(x, weight, bias):
+        x, weight = precisions.stored(x, precision), precisions.stored(weight, precision)
+        y = jnp.matmul(x, weight, preferred_element_type=jnp.float32) + bias
+        return y.astype(out_dtype), (x, weight)
+
+    def backward(residuals, g):
+        x, weight = residuals
+        g_in = precisions.stored(g, precision)
+        grad_x = jnp.matmul(g_in, weight.T, preferred_element_type=jnp.float32).astype(in_dtype)
+        grad_weight = precisions.weight_gradient(x, g_in, precision)
+        return grad_x, grad_weight, _column_sum(g.astype(jnp.float32))
+
+    dense = jax.custom_vjp(lambda x, weight, bias: forward(x, weight, bias)[0])
+    dense.defvjp(forward, backward)
+    return dense
 
 
 @functools.cache
@@ -248,8 +296,10 @@ def _attention(config: Mapping[str, int], params: Params, prefix: str, x, precis
 
     batch, time, width = x.shape
     heads = config["n_head"]
-    qkv = _dense(params, prefix + "c_attn", x, precision)
-    if precision == "bf16" and export_platform() in FUSED_ATTENTION_PLATFORMS:
+    fused_here = precision == "bf16" and export_platform() in FUSED_ATTENTION_PLATFORMS
+    in_bf16 = fused_here and export_platform() in BF16_ATTENTION_PLATFORMS
+    qkv = _dense(params, prefix + "c_attn", x, precision, jnp.bfloat16 if in_bf16 else None)
+    if fused_here:
         fused = _fused_attention(qkv, heads)
         if fused is not None:
             return _dense(params, prefix + "c_proj", fused, precision)
@@ -265,7 +315,7 @@ def _attention(config: Mapping[str, int], params: Params, prefix: str, x, precis
 
 def _fused_attention(qkv, heads: int):
     """Causal softmax(q·kᵀ/√d)·v of [batch, time, 3 · width] `qkv` by cuDNN (bf16 inputs,
-    float32 out), or None where jax finds no cuDNN to trace it for.
+    out in `qkv`'s dtype), or None where jax finds no cuDNN to trace it for.
 
     cuDNN takes [batch, time, heads, head width] as it is, so q, k and v are views of
     `qkv` with no transpose, and the output is the rows `c_proj` reads.
@@ -303,7 +353,7 @@ def _one_hot_add(base, indices, value: float):
 
 
 @functools.cache
-def _embedding(precision: str, by_comparison: bool = False):
+def _embedding(precision: str, by_comparison: bool = False, sorted_rows: bool = False):
     """`wte[tokens]`, whose gradient is the product one_hot(tokens)ᵀ · g.
 
     Autodiff of the gather gives a scatter-add of every position's row into the few
@@ -313,7 +363,8 @@ def _embedding(precision: str, by_comparison: bool = False):
     logits the output head already makes. XLA runs the scatter-add fast, but with
     atomics, so two runs would differ in the last bits; the product keeps a step
     reproducible. `by_comparison` (XLA's form) makes the one-hot by comparing with an
-    iota, in one pass that writes it in the product's input dtype.
+    iota, in one pass that writes it in the product's input dtype. `sorted_rows` takes
+    the gradient by `_sorted_embedding_gradient` instead.
     """
     import jax
     import jax.numpy as jnp
@@ -325,6 +376,9 @@ def _embedding(precision: str, by_comparison: bool = False):
     def backward(residuals, g):
         tokens, vocab = residuals
         rows = tokens.reshape(-1)
+        if sorted_rows:
+            grad = _sorted_embedding_gradient(rows, g.reshape(rows.size, -1), vocab)
+            return grad, np.zeros(tokens.shape, jax.dtypes.float0)
         if by_comparison:
             vocab_index = jax.lax.broadcasted_iota(jnp.int32, (rows.size, vocab), 1)
             one_hot = (vocab_index == rows[:, None]).astype(jnp.float32)
@@ -338,16 +392,48 @@ def _embedding(precision: str, by_comparison: bool = False):
     return embed
 
 
+def _sorted_embedding_gradient(rows, g, vocab: int):
+    """Σ g[i] over the rows i of each token, [vocab, width], with no atomics.
+
+    Stably sorted by token, each token's rows lie together; an inclusive scan that
+    restarts at each run's first row leaves the run's sum in its last row, and those
+    rows go to their token's row of the result (one write each; the rest fall outside
+    and are dropped). A scatter-add of every row computes the same with atomics, whose
+    order (and last bits) change from run to run; the one-hot product does it as a
+    [vocab, rows] x [rows, width] product. The sums are float32 throughout.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    order = jnp.argsort(rows, stable=True)
+    tokens, values = rows[order], g[order].astype(jnp.float32)
+    starts = jnp.concatenate([jnp.ones((1,), bool), tokens[1:] != tokens[:-1]])
+
+    def add_within_runs(a, b):
+        (a_start, a_sum), (b_start, b_sum) = a, b
+        return a_start | b_start, jnp.where(b_start[:, None], b_sum, a_sum + b_sum)
+
+    _, sums = jax.lax.associative_scan(add_within_runs, (starts, values))
+    last = jnp.concatenate([starts[1:], jnp.ones((1,), bool)])
+    index = jnp.where(last, tokens, vocab)
+    return jnp.zeros((vocab, g.shape[-1]), jnp.float32).at[index].set(sums, mode="drop")
+
+
 def logits(config: Mapping[str, int], params: Params, tokens, precision: str = "f32"):
+    import jax.numpy as jnp
+
     time = tokens.shape[1]
     by_comparison = export_platform() in XLA_FORM_PLATFORMS
-    x = _embedding(precision, by_comparison)(params["wte"], tokens) + params["wpe"][:time]
+    sorted_rows = export_platform() in SORTED_EMBEDDING_PLATFORMS
+    embed = _embedding(precision, by_comparison, sorted_rows)
+    x = embed(params["wte"], tokens) + params["wpe"][:time]
+    hidden = jnp.bfloat16 if precisions.bf16_hidden(precision) else None
     for i in range(config["n_layer"]):
         p = f"h.{i}."
         h = _layer_norm()(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"])
         x = x + _attention(config, params, p + "attn.", h, precision)
         h = _layer_norm()(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"])
-        h = _gelu(precision)(_dense(params, p + "mlp.c_fc", h, precision))
+        h = _gelu(precision)(_dense(params, p + "mlp.c_fc", h, precision, hidden))
         x = x + _dense(params, p + "mlp.c_proj", h, precision)
     x = _layer_norm()(x, params["ln_f.weight"], params["ln_f.bias"])
     return precisions.matmul(x, params["wte"].T, precision)
@@ -396,8 +482,11 @@ def _cross_entropy_in_one_pass():
 
     def forward(logits, targets):
         x = logits.astype(jnp.float32)
-        top = jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
-        log_total = top + jnp.log(jnp.sum(jnp.exp(x - top), axis=-1, keepdims=True))
+        if export_platform() in ONE_PASS_LOGSUMEXP_PLATFORMS:
+            log_total = _logsumexp_in_one_pass(x)
+        else:
+            top = jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
+            log_total = top + jnp.log(jnp.sum(jnp.exp(x - top), axis=-1, keepdims=True))
         picked = jnp.take_along_axis(x, targets[..., None], axis=-1)
         return jnp.mean(log_total - picked), (logits, log_total, targets)
 
@@ -412,6 +501,27 @@ def _cross_entropy_in_one_pass():
     cross_entropy = jax.custom_vjp(lambda logits, targets: forward(logits, targets)[0])
     cross_entropy.defvjp(forward, backward)
     return cross_entropy
+
+
+def _logsumexp_in_one_pass(x):
+    """log Σ exp(x) over the last axis, [..., 1], reading `x` once.
+
+    One reduction carries a running maximum and the sum of exp(x - maximum), rescaling
+    the sum when the maximum grows (as flash attention does): the maximum and the sum as
+    two reductions read the logits, the largest tensor of the step, twice. The start is
+    float32's lowest, not -inf, so that two starts combine to a sum of 0, not NaN.
+    """
+    import jax
+    import jax.numpy as jnp
+
+    def combine(a, b):
+        (a_top, a_sum), (b_top, b_sum) = a, b
+        top = jnp.maximum(a_top, b_top)
+        return top, a_sum * jnp.exp(a_top - top) + b_sum * jnp.exp(b_top - top)
+
+    start = (jnp.float32(jnp.finfo(jnp.float32).min), jnp.float32(0))
+    top, total = jax.lax.reduce((x, jnp.ones_like(x)), start, combine, (x.ndim - 1,))
+    return (top + jnp.log(total))[..., None]
 
 
 def loss(config: Mapping[str, int], params: Params, tokens, targets, precision: str = "f32"):

@@ -25,6 +25,12 @@ SINGLE_PRODUCT_PLATFORMS: tuple[str, ...] = ("cuda",)
 # and their gradients, then take half the bytes. A change of numbers, not only of
 # form, so none by default (see benchmarks/torch_anchor.py's `bf16-outputs`).
 BF16_OUTPUT_PLATFORMS: tuple[str, ...] = ()
+# Platforms whose exported `bf16` program keeps the MLP's hidden activation in bf16:
+# `c_fc` rounds its output (bias added in float32) once, GELU reads and writes bf16, and
+# the gradients that flow back through them are bf16 too (GELU's derivative itself is
+# computed in float32). The backward pass already read that activation in bf16 (see
+# `stored`); this rounds the forward GELU's input and the hidden gradient as well.
+BF16_HIDDEN_PLATFORMS: tuple[str, ...] = ()
 
 
 def matmul(a: Any, b: Any, precision: str) -> Any:
@@ -36,6 +42,16 @@ def matmul(a: Any, b: Any, precision: str) -> Any:
 def bf16_outputs(precision: str) -> bool:
     """Whether products output bf16 in the program being traced (`BF16_OUTPUT_PLATFORMS`)."""
     return precision == "bf16" and export_platform() in BF16_OUTPUT_PLATFORMS
+
+
+def bf16_hidden(precision: str) -> bool:
+    """Whether the MLP's hidden activation is bf16 in the program being traced
+    (`BF16_HIDDEN_PLATFORMS`; not with `bf16_outputs`, which rounds every product)."""
+    return (
+        precision == "bf16"
+        and export_platform() in BF16_HIDDEN_PLATFORMS
+        and not bf16_outputs(precision)
+    )
 
 
 def weight_gradient(a: Any, g: Any, precision: str) -> Any:

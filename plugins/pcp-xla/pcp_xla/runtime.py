@@ -21,6 +21,11 @@ from pcp_core.program.build import PLATFORM_CUSTOM_CALLS, TensorSpec, conforming
 
 KIND = "xla-export"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # what jax.export lowers for
+# XLA compiler options (DebugOptions fields by name) for the step a worker compiles on
+# each platform; none by default. benchmarks/torch_anchor.py's `exact-precision` sets
+# xla_allow_excess_precision=False on cuda, where XLA otherwise drops the program's bf16
+# round trips (benchmarks/results/gpu/h100/2026-11-25/torch_anchor.md): not measured yet.
+COMPILER_OPTIONS: dict[str, dict[str, Any]] = {}
 
 
 def detect_platform(device: int = 0) -> str | None:
@@ -190,7 +195,7 @@ class XlaExecutor:
         avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=placed) for a in exported.in_avals]
         args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, avals)
         step = jax.jit(exported.call, donate_argnums=(0, 1))
-        self._step = step.lower(*args, **kwargs).compile()
+        self._step = step.lower(*args, **kwargs).compile(COMPILER_OPTIONS.get(here) or None)
         self._params: tuple[Any, ...] | None = None
         self._opt_state: tuple[Any, ...] | None = None
 

@@ -88,3 +88,19 @@ def test_a_cuda_worker_must_run_the_shepherds_jax() -> None:
     theirs = report(platform="cuda", jax="0.0.1")
     assert "install jax==" in (XLA.refusal(BACKEND, "cuda", theirs) or "")
     assert XLA.refusal(BACKEND, "cuda", report(platform="cuda")) is None
+
+
+def test_compiler_options_for_the_platform_reach_the_compile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from pcp_xla import runtime
+
+    _, _, program = reference()
+    artifact = XLA.build(program, BACKEND, PLATFORM)
+    monkeypatch.setattr(runtime, "COMPILER_OPTIONS", {PLATFORM: {"no_such_xla_option": True}})
+    with pytest.raises(Exception, match="no_such_xla_option"):
+        XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
+    monkeypatch.setattr(
+        runtime, "COMPILER_OPTIONS", {PLATFORM: {"xla_allow_excess_precision": False}}
+    )
+    XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
