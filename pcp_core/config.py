@@ -1,6 +1,7 @@
 """The run configuration: the settings every run has, which the CLI flags and a TOML
-file both fill, and one section per plugin that declares settings of its own
-(`pcp_core.settings`: `[diloco]` in TOML, `--inner-steps` on the command line).
+file both fill (`pcp_core.config_file`), and one section per plugin that declares
+settings of its own (`pcp_core.settings`: `[diloco]` in TOML, `--inner-steps` on the
+command line).
 
 Precedence: defaults < `--config FILE.toml` < flags. Every field's help text lives
 here or in the plugin's settings, and the CLI builds its options from those fields,
@@ -8,19 +9,12 @@ so flags, TOML keys and documentation never drift apart.
 """
 
 import dataclasses
-import tomllib
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import structlog
-import tomli_w
-
 from pcp_core.program.precision import PRECISIONS
-from pcp_core.settings import ConfigError, build, check_value, coerce, to_values
-
-log = structlog.get_logger(__name__)
+from pcp_core.settings import ConfigError, check_value
 
 # Upper bounds of the numeric settings: far above any real run, low enough that a typo
 # (an exponent too many) is a one-line error instead of an overflow, a huge allocation or
@@ -264,130 +258,3 @@ class RunConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "plugins"}
-
-
-def _coerce(name: str, value: Any) -> Any:
-    return coerce(name, FIELDS[name].type, value)
-
-
-def field_names(declared: type) -> set[str]:
-    return {f.name for f in dataclasses.fields(declared)}
-
-
-def load_toml(
-    path: Path, declared: Mapping[str, type] | None = None
-) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
-    """The core settings and the plugin sections (`[diloco]`) in a TOML file, keys
-    checked against the config's fields and the `declared` plugin settings. A plugin's
-    setting written at the top level, as before plugins owned their settings, is read
-    as if under its section, with a warning."""
-    declared = declared or {}
-    try:
-        raw = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"config file not found: {path}") from None
-    except tomllib.TOMLDecodeError as error:
-        raise ConfigError(f"{path}: not valid TOML: {error}") from None
-    core: dict[str, Any] = {}
-    sections: dict[str, dict[str, Any]] = {}
-    for key, value in raw.items():
-        name = key.replace("-", "_")
-        owners = [plugin for plugin, kind in declared.items() if name in field_names(kind)]
-        if isinstance(value, dict):
-            if key not in declared:
-                known = ", ".join(f"[{plugin}]" for plugin in sorted(declared)) or "none"
-                raise ConfigError(
-                    f"{path}: unknown section [{key}]: no installed plugin of that name "
-                    f"declares settings (sections: {known})"
-                )
-            sections.setdefault(key, {}).update(value)
-        elif name in FIELDS:
-            core[name] = _coerce(name, value)
-        elif owners:
-            log.warning(
-                "a plugin's setting at the top level of the config file: move it under "
-                "its section (read as if it were there)",
-                file=str(path),
-                key=key,
-                section=" ".join(f"[{plugin}]" for plugin in owners),
-            )
-            for plugin in owners:
-                sections.setdefault(plugin, {})[name] = value
-        else:
-            raise ConfigError(f"{path}: unknown key {key!r} (see `pcp train --help`)")
-    return core, sections
-
-
-def resolve(
-    config_file: Path | None,
-    flags: dict[str, Any],
-    defaults: dict[str, Any] | None = None,
-    declared: Mapping[str, type] | None = None,
-) -> RunConfig:
-    """Defaults, then the command's defaults, the TOML file, the flags given (not None).
-    `declared` are the installed plugins' settings (by plugin): each gets its section,
-    and a flag that is not the core's goes to every plugin that declares a setting of
-    its name (`--inner-steps` to diloco)."""
-    declared = declared or {}
-    settings = dict(defaults or {})
-    sections: dict[str, dict[str, Any]] = {}
-    if config_file:
-        core, sections = load_toml(config_file, declared)
-        settings.update(core)
-    for name, value in flags.items():
-        if value is None:
-            continue
-        if name in FIELDS:
-            settings[name] = _coerce(name, value)
-            continue
-        owners = [plugin for plugin, kind in declared.items() if name in field_names(kind)]
-        if not owners:
-            raise ConfigError(f"unknown setting {name!r} (see `pcp train --help`)")
-        for plugin in owners:
-            sections.setdefault(plugin, {})[name] = value
-    return with_plugin_settings(RunConfig(**settings).validate(), declared, sections)
-
-
-def with_plugin_settings(
-    config: RunConfig,
-    declared: Mapping[str, type],
-    values: Mapping[str, Mapping[str, Any]] | None = None,
-) -> RunConfig:
-    """`config` with the settings of every plugin in `declared`: built from `values`
-    (by plugin), else from what `config.plugins` holds (a mapping, or the dataclass
-    itself, as code that builds a RunConfig may give), else the defaults."""
-    values = values or {}
-    for plugin in config.plugins:
-        if plugin not in declared:
-            raise ConfigError(f"settings given for {plugin!r}, which no installed plugin is")
-    plugins: dict[str, Any] = {}
-    for plugin, kind in declared.items():
-        current = config.plugins.get(plugin)
-        if plugin not in values and isinstance(current, kind):
-            plugins[plugin] = build(plugin, kind, to_values(current))
-        else:
-            given = values.get(plugin, current if isinstance(current, Mapping) else {})
-            plugins[plugin] = build(plugin, kind, given)
-    return dataclasses.replace(config, plugins=plugins)
-
-
-def to_toml(config: RunConfig) -> str:
-    """The resolved config as TOML (None values omitted), written into every run: the
-    core's settings, then a section for each plugin's.
-
-    Written by a TOML library, so any path (backslashes, quotes, newlines) reads back
-    as it was.
-    """
-    settings = {name: getattr(config, name) for name in FIELDS}
-    document: dict[str, Any] = {
-        k: str(v) if isinstance(v, Path) else v for k, v in settings.items() if v is not None
-    }
-    for plugin, values in sorted(config.plugins.items()):
-        document[plugin] = to_values(values)
-    return tomli_w.dumps(document)
-
-
-def to_dict(config: RunConfig) -> dict[str, Any]:
-    core = {name: getattr(config, name) for name in FIELDS}
-    plugins = {plugin: to_values(values) for plugin, values in config.plugins.items()}
-    return {k: (str(v) if isinstance(v, Path) else v) for k, v in core.items()} | plugins

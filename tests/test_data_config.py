@@ -8,6 +8,7 @@ import pytest
 import tomli_w
 
 from pcp_core import config as run_config
+from pcp_core import config_file
 from pcp_core.data.errors import DataError
 from pcp_core.data.text import CharCorpus, load_text_file
 
@@ -64,16 +65,16 @@ def test_data_errors(tmp_path: Path) -> None:
 def test_config_precedence_and_errors(tmp_path: Path) -> None:
     toml = tmp_path / "run.toml"
     toml.write_text('steps = 40\nlr = 0.01\nbackend = "cpu"\nn-layer = 3\n')
-    resolved = run_config.resolve(toml, {"steps": 20, "lr": None})
+    resolved = config_file.resolve(toml, {"steps": 20, "lr": None})
     assert resolved.steps == 20 and resolved.lr == 0.01 and resolved.n_layer == 3
     toml.write_text("stepz = 4\n")
     with pytest.raises(run_config.ConfigError, match="unknown key 'stepz'"):
-        run_config.resolve(toml, {})
+        config_file.resolve(toml, {})
     with pytest.raises(run_config.ConfigError, match="steps must be positive"):
-        run_config.resolve(None, {"steps": -5})
+        config_file.resolve(None, {"steps": -5})
     toml.write_text('steps = "many"\n')
     with pytest.raises(run_config.ConfigError, match="steps: expected"):
-        run_config.resolve(toml, {})
+        config_file.resolve(toml, {})
 
 
 @pytest.mark.parametrize(
@@ -97,33 +98,33 @@ def test_out_of_range_settings_are_refused_by_name(
     setting: dict[str, float], message: str, tmp_path: Path
 ) -> None:
     with pytest.raises(run_config.ConfigError) as refused:
-        run_config.resolve(None, setting)
+        config_file.resolve(None, setting)
     assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
     toml = tmp_path / "run.toml"  # the same from a file: TOML spells nan and inf too
     toml.write_text(tomli_w.dumps(setting))
     with pytest.raises(run_config.ConfigError, match=re.escape(message)):
-        run_config.resolve(toml, {})
+        config_file.resolve(toml, {})
 
 
 def test_edges_of_the_ranges_are_accepted() -> None:
     edges = {"beta1": 0.0, "beta2": 0.999, "weight_decay": 0.0}
     edges |= {"grad_clip": 0.0, "join_timeout": 0.0, "lr": 1e-3, "min_lr": 1e-3}
-    assert run_config.resolve(None, edges).min_lr == 1e-3
+    assert config_file.resolve(None, edges).min_lr == 1e-3
 
 
 def test_the_decay_ends_at_a_tenth_of_lr_unless_told() -> None:
     """`--lr 1e-4` alone works: the end of the decay follows it (a fixed default of 3e-4
     was above it and refused)."""
-    assert run_config.resolve(None, {"lr": 1e-4}).final_lr() == pytest.approx(1e-5)
-    assert run_config.resolve(None, {}).final_lr() == pytest.approx(3e-4)
-    assert run_config.resolve(None, {"lr": 1e-2, "min_lr": 0.0}).final_lr() == 0.0
+    assert config_file.resolve(None, {"lr": 1e-4}).final_lr() == pytest.approx(1e-5)
+    assert config_file.resolve(None, {}).final_lr() == pytest.approx(3e-4)
+    assert config_file.resolve(None, {"lr": 1e-2, "min_lr": 0.0}).final_lr() == 0.0
 
 
 def test_resolved_config_round_trips_through_toml(tmp_path: Path) -> None:
-    resolved = run_config.resolve(None, {"steps": 20, "data": None, "n_head": 2})
+    resolved = config_file.resolve(None, {"steps": 20, "data": None, "n_head": 2})
     saved = tmp_path / "config.toml"
-    saved.write_text(run_config.to_toml(resolved))
-    assert run_config.resolve(saved, {}) == resolved
+    saved.write_text(config_file.to_toml(resolved))
+    assert config_file.resolve(saved, {}) == resolved
 
 
 HOSTILE_NAME = "a\\b \"double\" 'single'\nnew line, ünïcödé ✓ and  spaces "
@@ -142,9 +143,9 @@ def test_hostile_paths_round_trip_through_toml(tmp_path: Path) -> None:
         "tls_cert": folder / "c'ert.pem",
         "tls_key": folder / "key\\n.pem",
     }
-    resolved = run_config.resolve(None, {**paths, "target": 'x86"\\64\n'})
+    resolved = config_file.resolve(None, {**paths, "target": 'x86"\\64\n'})
     saved = tmp_path / "config.toml"
-    saved.write_text(run_config.to_toml(resolved), encoding="utf-8")
-    again = run_config.resolve(saved, {})
+    saved.write_text(config_file.to_toml(resolved), encoding="utf-8")
+    again = config_file.resolve(saved, {})
     assert again == resolved
     assert {name: getattr(again, name) for name in paths} == paths

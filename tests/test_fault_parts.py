@@ -23,7 +23,7 @@ from pcp_core.shepherd.aggregation import (
     delta_norm,
 )
 from pcp_core.watch.metrics import MetricsLog
-from pcp_core.wire.messages import Result
+from pcp_core.wire.messages import Result, WorkerSettings
 from pcp_core.wire.transport import TensorHeader
 from pcp_core.worker.state import InnerStateStore
 
@@ -272,7 +272,7 @@ def test_a_lost_inner_state_is_said(tmp_path, keep: int, asked: int, says: str) 
     from pcp_core.worker.loop import InnerState, WorkerSession
 
     executor = StateOnly()
-    session = WorkerSession(0, executor, None, {"inner_states_kept": keep})
+    session = WorkerSession(0, executor, None, WorkerSettings("local", "run", keep))
     inner = InnerState(session, InnerStateStore(tmp_path), "run")
     for round_index in range(6):
         executor.state = [np.full(2, round_index, np.float32)]

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from pcp_core import config as run_config
+from pcp_core import config_file
 from pcp_core.models import Model
 from pcp_core.program import checkpoint, footprint, nanogpt
 from tests.conftest import run_pcp
@@ -56,7 +56,7 @@ def test_unknown_size_is_one_line_listing_the_known() -> None:
 def test_model_size_comes_from_toml(tmp_path: Path) -> None:
     toml = tmp_path / "run.toml"
     toml.write_text('model_size = "shakespeare-char"\nn_layer = 2\n')
-    config = run_config.resolve(toml, {})
+    config = config_file.resolve(toml, {})
     assert config.model_size == "shakespeare-char" and config.model_overrides()["n_layer"] == 2
 
 

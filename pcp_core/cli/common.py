@@ -17,7 +17,7 @@ import structlog
 import typer
 
 from pcp_core import config as run_config
-from pcp_core import exit_codes, plugins
+from pcp_core import config_file, exit_codes, plugins
 from pcp_core.registry import DuplicateNameError, UnknownNameError
 
 log = structlog.get_logger(__name__)
@@ -194,22 +194,22 @@ def with_run_config(
     parameters += for_plugins.values()
 
     def wrapper(**kwargs: Any) -> None:
-        config_file = kwargs.pop("config_file")
+        toml_path = kwargs.pop("config_file")
         extra_values = {p.name: kwargs.pop(p.name) for p in extra}
         resume = extra_values.get("resume")
         if resume is not None and extra_values.get("overwrite"):
             fail("--resume continues the run in RUN_DIR and --overwrite replaces it; pick one")
         if resume is not None:
-            if config_file is not None or kwargs.get("out") is not None:
+            if toml_path is not None or kwargs.get("out") is not None:
                 fail(
                     "--resume RUN_DIR uses RUN_DIR/config.toml and writes into RUN_DIR; "
                     "leave out --config and --out"
                 )
             if not (resume / "config.toml").is_file():
                 fail(f"--resume: {resume} is not a run directory (no config.toml in it)")
-            config_file, kwargs["out"] = resume / "config.toml", resume
+            toml_path, kwargs["out"] = resume / "config.toml", resume
         try:
-            resolved = run_config.resolve(config_file, kwargs, defaults, declared)
+            resolved = config_file.resolve(toml_path, kwargs, defaults, declared)
         except run_config.ConfigError as error:
             fail(str(error))
         command(resolved, **extra_values)

@@ -8,7 +8,8 @@ import numpy as np
 import structlog
 
 from pcp_core.backends import Backend
-from pcp_core.config import RunConfig, to_dict
+from pcp_core.config import RunConfig
+from pcp_core.config_file import to_dict
 from pcp_core.data.text import Corpus
 from pcp_core.models import Model
 from pcp_core.optimizers import InnerSettings

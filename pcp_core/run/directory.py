@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from pcp_core import config as run_config
+from pcp_core import config_file
 from pcp_core.watch.metrics import finite_json
 
 
@@ -53,7 +54,7 @@ def start_run_dir(run_dir: Path, config: run_config.RunConfig) -> None:
     created = not run_dir.exists()
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.toml").write_text(run_config.to_toml(config), encoding="utf-8")
+        (run_dir / "config.toml").write_text(config_file.to_toml(config), encoding="utf-8")
     except OSError as error:
         if created and run_dir.is_dir():
             with contextlib.suppress(OSError):

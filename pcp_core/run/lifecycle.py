@@ -16,9 +16,8 @@ from typing import Any
 import structlog
 
 from pcp_core import config as run_config
-from pcp_core import plugins
+from pcp_core import config_file, plugins
 from pcp_core.algorithms import RunContext
-from pcp_core.config import with_plugin_settings
 from pcp_core.program.checkpoint import CheckpointWriteError
 from pcp_core.run.directory import (
     earlier_run,
@@ -57,7 +56,7 @@ def train(
     into one line (`pcp_core.cli.common.user_errors`).
     """
     host = plugins.host()
-    config = with_plugin_settings(config.validate(), declared_settings(host))
+    config = config_file.with_plugin_settings(config.validate(), declared_settings(host))
     algorithm = host.algorithm(config.algorithm)
     host.model(config.model)  # unknown names fail here, before --overwrite deletes anything
     host.dataset(config.dataset)
@@ -91,7 +90,7 @@ def train(
             remove_earlier_run(run_dir)
         start_run_dir(run_dir, config)
         metrics = open_metrics(
-            host.metric_sinks(), run_dir, run_config.to_dict(config), resume, (status.record,)
+            host.metric_sinks(), run_dir, config_file.to_dict(config), resume, (status.record,)
         )
         stack.callback(metrics.close)
         if dashboard:

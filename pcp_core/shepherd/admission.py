@@ -47,10 +47,12 @@ from pcp_core.wire.messages import (
     Proof,
     Ready,
     Reject,
+    RunSettings,
     Setup,
     ShardRequest,
     Tensor,
     Welcome,
+    WorkerSettings,
 )
 from pcp_core.wire.transport import Connection, Listener, TransportError
 
@@ -80,7 +82,7 @@ class Admission:
     listener: Listener
     secret: bytes
     plugins: Any
-    settings: dict[str, Any]  # run settings every worker gets (algorithm, run id, ...)
+    settings: RunSettings  # what every worker is told about the run
     heartbeat_s: float
     # "backend" or "backend:arch" entries this shepherd compiles for; empty: any installed
     serves: tuple[str, ...] = ()
@@ -300,27 +302,29 @@ class Admission:
         for (a prepared dataset's share of this worker; none for a text corpus, whose
         tokens travel in the Setup)."""
         program = self.setup.program
-        settings = {
-            **self.settings,
-            "batch_size": program.batch_size,
-            "block_size": program.block_size,
-            "steps_per_call": program.steps_per_call,
-            "param_specs": [(s.name, s.shape, s.dtype) for s in program.param_specs],
-            "opt_specs": [(s.name, s.shape, s.dtype) for s in program.opt_specs],
-        }
         tensors = [Tensor("artifact", np.frombuffer(artifact.data, dtype=np.uint8))]
         tensors += self._shared_tensors()
         assigned: dict[str, Path] = {}
+        data: dict[str, Any] = {}
         shards = training_shards(self.setup.corpus)
         if shards is None:
             tensors.append(self._tokens())
-            settings["vocabulary"] = self.setup.corpus.vocabulary
+            data["vocabulary"] = tuple(self.setup.corpus.vocabulary)
         else:
             names = assign_shards(list(shards), link.index, self.setup.config.workers)
             assigned = {name: shards[name] for name in names}
-            settings["manifest"] = worker_manifest(self.setup.corpus, names)
+            data["manifest"] = worker_manifest(self.setup.corpus, names)
             log.info("data shards assigned", worker=link.label, shards=names)
-        setup = Setup(artifact.kind, artifact.sha256, json.dumps(settings), tensors)
+        settings = WorkerSettings(
+            **vars(self.settings),
+            batch_size=program.batch_size,
+            block_size=program.block_size,
+            steps_per_call=program.steps_per_call,
+            param_specs=tuple((s.name, s.shape, s.dtype) for s in program.param_specs),
+            opt_specs=tuple((s.name, s.shape, s.dtype) for s in program.opt_specs),
+            **data,
+        )
+        setup = Setup(artifact.kind, artifact.sha256, settings.to_json(), tensors)
         self.setup_bytes += link.conn.send(setup)
         return assigned
 

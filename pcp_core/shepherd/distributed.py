@@ -22,6 +22,7 @@ from pcp_core.shepherd.admission import Admission
 from pcp_core.shepherd.session import Limits, Shepherd
 from pcp_core.wire import auth
 from pcp_core.wire.liveness import heartbeat_interval
+from pcp_core.wire.messages import RunSettings
 from pcp_core.wire.transport import Listener, TransportOptions
 from pcp_core.worker.supervisor import LocalWorkers
 
@@ -153,15 +154,15 @@ def worker_command(
 
 
 @contextlib.contextmanager
-def shepherd(ctx: RunContext, setup: TrainingSetup, settings: dict[str, Any]) -> Iterator[Shepherd]:
+def shepherd(ctx: RunContext, setup: TrainingSetup, settings: RunSettings) -> Iterator[Shepherd]:
     """A listening shepherd (plus local workers in the one-command form), closed on exit.
 
     It listens on `ctx.endpoint` when the caller opened one before building the program
     (the CLI does, see `open_endpoint`), else opens its own.
 
-    `settings` go to every worker with its program: the algorithm's name under
-    "algorithm", a "run_id" that a worker's saved inner state must match, and anything
-    else the algorithm's worker side reads.
+    `settings` go to every worker with its program (`pcp_core.wire.messages.RunSettings`:
+    the algorithm's name, the run's id that a worker's saved inner state must match, and
+    a slot for what the algorithm's worker side reads).
     """
     config = ctx.config
     setup.evaluator.require_device()  # validation runs on the shepherd's --backend

@@ -17,11 +17,14 @@ peer from a busy one. Every message after the Welcome, in both directions, is fo
 a Seal that authenticates it (`pcp_core.wire.channel`).
 """
 
+import dataclasses
+import json
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-PROTOCOL_VERSION = 4
+PROTOCOL_VERSION = 5
 
 
 @dataclass
@@ -69,10 +72,61 @@ class Setup:
 
     artifact_kind: str  # the backend runtime's kind: "iree-vmfb", "xla-export"
     artifact_sha256: str
-    settings_json: str  # run settings (batch, block, steps per call, specs, data shards)
+    settings_json: str  # a WorkerSettings, as JSON
     # "artifact", the opt state, and "tokens" for a text corpus (a prepared dataset's
     # shards are named in the settings instead, and fetched one by one)
     tensors: list[Tensor] = field(default_factory=list)
+
+
+Spec = tuple[str, tuple[int, ...], str]  # a tensor's name, shape and dtype
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """What a distributed algorithm tells every worker about its run: its name (whose
+    worker side runs the rounds), the run's id (a saved inner state must match it), how
+    many round states to keep, and one slot per plugin for what that plugin's worker side
+    reads (a dict of its own typed settings, by plugin name)."""
+
+    algorithm: str
+    run_id: str
+    inner_states_kept: int
+    plugins: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class WorkerSettings(RunSettings):
+    """The settings of a Setup: the run's, the program's shape, and where its data is."""
+
+    batch_size: int = 0
+    block_size: int = 0
+    steps_per_call: int = 0
+    param_specs: tuple[Spec, ...] = ()
+    opt_specs: tuple[Spec, ...] = ()
+    vocabulary: tuple[str, ...] | None = None  # a text corpus: its tokens are in the Setup
+    manifest: dict[str, Any] | None = None  # a prepared dataset: this worker's shards
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "WorkerSettings":
+        """The settings a Setup carries; ValueError, one line, for any other JSON."""
+        try:
+            raw = json.loads(text)
+            known = {f.name for f in dataclasses.fields(cls)}
+            if not isinstance(raw, dict) or set(raw) - known:
+                raise ValueError(f"unknown keys {sorted(set(raw) - known)}")
+            specs = {
+                key: tuple((n, tuple(shape), d) for n, shape, d in raw.get(key, ()))
+                for key in ("param_specs", "opt_specs")
+            }
+            vocabulary = raw.get("vocabulary")
+            if vocabulary is not None:
+                specs["vocabulary"] = tuple(vocabulary)  # type: ignore[assignment]
+            return cls(**(raw | specs))
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"malformed settings in the Setup: {error}") from None
 
 
 @dataclass

@@ -47,9 +47,10 @@ from pcp_core.wire.messages import (
     Stop,
     Tensor,
     Welcome,
+    WorkerSettings,
 )
 from pcp_core.wire.transport import Connection, TransportError, TransportOptions
-from pcp_core.worker.state import KEEP, InnerStateStore
+from pcp_core.worker.state import InnerStateStore
 
 log = structlog.get_logger(__name__)
 
@@ -82,18 +83,18 @@ class WorkerSession:
     index: int
     executor: Executor
     corpus: Any  # its training data: the shipped tokens, or its assigned shards
-    settings: dict[str, Any]
+    settings: WorkerSettings
 
     def batches(self, assignment: Assignment, call: int) -> tuple[np.ndarray, np.ndarray]:
         """Deterministic batches from this worker's shard for this round: the round's
         piece of a shipped text corpus, or all of the prepared shards it was given (those
         were shared out at the join)."""
-        shipped_whole = "manifest" not in self.settings
+        shipped_whole = self.settings.manifest is None
         return self.corpus.batches(
             "train",
-            self.settings["steps_per_call"],
-            self.settings["batch_size"],
-            self.settings["block_size"],
+            self.settings.steps_per_call,
+            self.settings.batch_size,
+            self.settings.block_size,
             stream=(assignment.seed, assignment.round, self.index, call),
             shard=(assignment.shard_index, assignment.shard_count) if shipped_whole else (0, 1),
         )
@@ -145,7 +146,7 @@ class ShippedSpecs:
 
 def load_setup(
     setup: Setup, options: WorkerOptions, backend: Backend, conn: LiveConnection
-) -> tuple[Executor, Any, dict]:
+) -> tuple[Executor, Any, WorkerSettings]:
     """Check the shipped program's kind and hash, load it on the device, set the inner
     state, and get the training data: the tokens in the Setup, or the assigned shards
     (from `--data`, the shard cache, or fetched through `conn`)."""
@@ -163,19 +164,22 @@ def load_setup(
             f"program hash mismatch: got {digest[:16]}…, "
             f"announced {setup.artifact_sha256[:16]}…; refusing to load it"
         )
-    settings = json.loads(setup.settings_json)
+    try:
+        settings = WorkerSettings.from_json(setup.settings_json)
+    except ValueError as error:
+        raise JoinRefused(str(error)) from None
     specs = ShippedSpecs(
-        [TensorSpec(n, tuple(s), d) for n, s, d in settings["param_specs"]],
-        [TensorSpec(n, tuple(s), d) for n, s, d in settings["opt_specs"]],
+        [TensorSpec(n, s, d) for n, s, d in settings.param_specs],
+        [TensorSpec(n, s, d) for n, s, d in settings.opt_specs],
     )
-    if "manifest" in settings:  # before the program: a wrong --data fails at once
+    if settings.manifest is not None:  # before the program: a wrong --data fails at once
         source = ShardSource(
             options.data, options.shard_cache or default_shard_cache(), conn.send, conn.receive
         )
-        dataset = shard_dataset(settings["manifest"], source)
+        dataset = shard_dataset(settings.manifest, source)
     else:
         tokens = tensors["tokens"].astype(np.int32)
-        dataset = CharCorpus(settings["vocabulary"], tokens, tokens[:0], "shepherd")
+        dataset = CharCorpus(list(settings.vocabulary or ()), tokens, tokens[:0], "shepherd")
     executor = runtime.open(artifact, backend, specs, options.device)
     executor.set_opt_state([tensors[s.name] for s in specs.opt_specs])
     return executor, dataset, settings
@@ -216,7 +220,7 @@ class InnerState:
     def finished(self, round_index: int) -> None:
         self.after_round = round_index
         state = self.session.executor.opt_state()
-        keep = int(self.session.settings.get("inner_states_kept", KEEP))
+        keep = self.session.settings.inner_states_kept
         self.store.save(self.run_id, self.session.index, round_index, state, keep)
 
     def refused(self, round_index: int) -> None:
@@ -276,8 +280,8 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         if options.on_joined is not None:
             options.on_joined()
         session = WorkerSession(welcome.worker_index, executor, corpus, settings)
-        worker_round: WorkerRound = plugins.algorithm(settings["algorithm"]).worker_round
-        serve(conn, session, worker_round, InnerState(session, store, settings["run_id"]))
+        worker_round: WorkerRound = plugins.algorithm(settings.algorithm).worker_round
+        serve(conn, session, worker_round, InnerState(session, store, settings.run_id))
     finally:
         conn.close()
 

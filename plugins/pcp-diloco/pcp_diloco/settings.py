@@ -1,5 +1,6 @@
 """DiLoCo's own settings: the `[diloco]` section of a run's TOML and their flags
-(`--inner-steps`, `--outer-lr`, ...), declared as PCP plugins declare settings."""
+(`--inner-steps`, `--outer-lr`, ...), declared as PCP plugins declare settings; and
+what its worker side is told with the program."""
 
 from dataclasses import dataclass
 
@@ -94,3 +95,12 @@ class DilocoSettings:
         low=0,
         high=MAX_STEPS,
     )
+
+
+@dataclass(frozen=True)
+class DilocoWorkerSettings:
+    """What DiLoCo's worker side is told with its program (its slot of the Setup's
+    settings): the inner-state tensors it zeroes at each round's start (its momentum,
+    under `--inner-momentum reset`)."""
+
+    zero_at_round_start: tuple[str, ...] = ()

@@ -22,8 +22,8 @@ from pcp_core.shepherd import distributed
 from pcp_core.shepherd.rounds import RoundOutcome
 from pcp_core.shepherd.session import Shepherd
 from pcp_core.shepherd.step_guard import StepGuard, outliers
-from pcp_core.wire.messages import Assignment
-from pcp_diloco.settings import DilocoSettings, lr_exponent
+from pcp_core.wire.messages import Assignment, RunSettings
+from pcp_diloco.settings import DilocoSettings, DilocoWorkerSettings, lr_exponent
 
 log = structlog.get_logger(__name__)
 
@@ -104,14 +104,15 @@ def run(ctx: RunContext) -> dict[str, Any]:
     tokens_per_round = diloco.inner_steps * setup.tokens_per_step()
     record: dict[str, Any] = {}
 
-    settings = {
-        "algorithm": "diloco",
-        "run_id": state.run_id,
-        "zero_at_round_start": momentum_to_reset(config, ctx.plugins, setup.program),
+    reset = momentum_to_reset(config, ctx.plugins, setup.program)
+    settings = RunSettings(
+        algorithm="diloco",
+        run_id=state.run_id,
         # a resumed run asks again for up to checkpoint_every rounds: each needs the
         # inner state it started from (pcp_core.worker.state)
-        "inner_states_kept": config.checkpoint_every + 1,
-    }
+        inner_states_kept=config.checkpoint_every + 1,
+        plugins={"diloco": dataclasses.asdict(DilocoWorkerSettings(tuple(reset)))},
+    )
     status = ctx.status
     status.describe(rounds=rounds, model=config.model, parameters=setup.program.parameter_count)
     with distributed.shepherd(ctx, setup, settings) as shepherd:

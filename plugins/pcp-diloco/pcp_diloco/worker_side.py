@@ -1,24 +1,26 @@
 """A DiLoCo round on a worker: H inner steps from the global params, return the change.
 
 The inner optimizer's state carries over from the worker's last round, but for the
-tensors the shepherd names under "zero_at_round_start" (its momentum, see
-RunConfig.inner_momentum)."""
+tensors the shepherd names in `DilocoWorkerSettings.zero_at_round_start` (its momentum,
+see `DilocoSettings.inner_momentum`)."""
 
 import time
 
 from pcp_core.backends import zero_opt_tensors
 from pcp_core.wire.messages import Assignment, Tensor
 from pcp_core.worker.loop import RoundWork, WorkerSession
+from pcp_diloco.settings import DilocoWorkerSettings
 
 
 def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
     global_params = [t.array for t in assignment.tensors]
     executor = session.executor
     executor.set_params(global_params)
-    zeroed = set(session.settings.get("zero_at_round_start", []))
+    told = DilocoWorkerSettings(**session.settings.plugins.get("diloco", {}))
+    zeroed = set(told.zero_at_round_start)
     if zeroed:
         zero_opt_tensors(executor, zeroed)
-    steps_per_call = session.settings["steps_per_call"]
+    steps_per_call = session.settings.steps_per_call
     started = time.perf_counter()
     losses: list[float] = []
     for call in range(assignment.inner_steps // steps_per_call):

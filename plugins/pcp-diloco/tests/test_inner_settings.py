@@ -10,7 +10,7 @@ import math
 import pytest
 from pcp_diloco.shepherd_side import momentum_to_reset, plan
 
-from pcp_core import config, plugins
+from pcp_core import config, config_file, plugins
 from pcp_core.optimizers import InnerSettings
 from pcp_core.program import training
 from pcp_core.settings import declared_settings
@@ -21,7 +21,7 @@ DECLARED = declared_settings(plugins.host())
 
 def workers_inner(flags: dict) -> InnerSettings:
     """The inner settings the shepherd compiles into the program it ships to workers."""
-    planned, _ = plan(config.resolve(None, FLAGS | flags, declared=DECLARED))
+    planned, _ = plan(config_file.resolve(None, FLAGS | flags, declared=DECLARED))
     return training.inner_settings(planned)
 
 
@@ -49,7 +49,7 @@ def test_an_explicit_min_lr_and_worker_backends_count_too() -> None:
 
 
 def test_the_user_config_is_left_as_given() -> None:
-    given = config.resolve(None, FLAGS | {"workers": 4}, declared=DECLARED)
+    given = config_file.resolve(None, FLAGS | {"workers": 4}, declared=DECLARED)
     plan(given)
     assert (given.lr, given.min_lr) == (3e-3, None)
 
@@ -73,7 +73,7 @@ def test_the_warmup_is_the_longer_of_the_rounds_and_warmup_steps(flags: dict, wa
 
 
 def test_the_momentum_a_worker_zeroes_is_adamws_first_moment() -> None:
-    given = config.resolve(
+    given = config_file.resolve(
         None, FLAGS | {"n_layer": 1, "n_embd": 32, "n_head": 2}, declared=DECLARED
     )
     setup = training.prepare(plan(given)[0], plugins.host())
@@ -108,7 +108,7 @@ SCALING_MESSAGE = "diloco.inner_lr_scaling must be sqrt, none or an exponent fro
 )
 def test_bad_values_are_refused_in_one_line(flags: dict, message: str) -> None:
     with pytest.raises(config.ConfigError) as refused:
-        config.resolve(None, FLAGS | flags, declared=DECLARED)
+        config_file.resolve(None, FLAGS | flags, declared=DECLARED)
     assert str(refused.value) == message
 
 
@@ -117,17 +117,17 @@ def test_a_diloco_section_in_toml_sets_them_and_a_flat_key_still_works(tmp_path)
     were under the section; an unknown key in the section is one line naming it."""
     toml = tmp_path / "run.toml"
     toml.write_text('algorithm = "diloco"\nsteps = 100\n[diloco]\ninner_steps = 20\n')
-    assert config.resolve(toml, {}, declared=DECLARED).settings("diloco").inner_steps == 20
+    assert config_file.resolve(toml, {}, declared=DECLARED).settings("diloco").inner_steps == 20
     toml.write_text('algorithm = "diloco"\nsteps = 100\ninner_steps = 25\n')
-    assert config.resolve(toml, {}, declared=DECLARED).settings("diloco").inner_steps == 25
+    assert config_file.resolve(toml, {}, declared=DECLARED).settings("diloco").inner_steps == 25
     toml.write_text("[diloco]\ninner_stepz = 20\n")
     with pytest.raises(config.ConfigError, match=r"\[diloco\] has no setting 'inner_stepz'"):
-        config.resolve(toml, {}, declared=DECLARED)
+        config_file.resolve(toml, {}, declared=DECLARED)
 
 
 def test_the_run_directory_keeps_the_section(tmp_path) -> None:
-    resolved = config.resolve(None, FLAGS | {"outer_lr": 0.8}, declared=DECLARED)
+    resolved = config_file.resolve(None, FLAGS | {"outer_lr": 0.8}, declared=DECLARED)
     saved = tmp_path / "config.toml"
-    saved.write_text(config.to_toml(resolved))
+    saved.write_text(config_file.to_toml(resolved))
     assert "[diloco]" in saved.read_text()
-    assert config.resolve(saved, {}, declared=DECLARED) == resolved
+    assert config_file.resolve(saved, {}, declared=DECLARED) == resolved

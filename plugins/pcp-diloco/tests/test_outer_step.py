@@ -14,7 +14,7 @@ import pytest
 from pcp_diloco.shepherd_side import plan
 from safetensors.numpy import load_file
 
-from pcp_core import config, plugins
+from pcp_core import config_file, plugins
 from pcp_core.program import training
 from pcp_core.settings import declared_settings
 
@@ -30,7 +30,9 @@ def cli_flags(settings: dict[str, Any]) -> list[str]:
 
 def reference_setup(settings: dict[str, Any]) -> Any:
     """The training setup the shepherd builds for these settings (DiLoCo's plan included)."""
-    planned, _ = plan(config.resolve(None, settings, declared=declared_settings(plugins.host())))
+    planned, _ = plan(
+        config_file.resolve(None, settings, declared=declared_settings(plugins.host()))
+    )
     return training.prepare(planned, plugins.host())
 
 
