@@ -4,32 +4,39 @@ Each hook imports what it registers when it is called, not at the top: plugin
 discovery runs on every `pcp` start, and `pcp --help` must not pay for the model.
 """
 
+from typing import Any
+
+from pcp_core.algorithms import Algorithm, RunContext
 from pcp_core.hookspecs import hookimpl
 
 
 @hookimpl
 def pcp_register_models(register) -> None:
-    from pcp_core.program.nanogpt import MODEL
+    from pcp_core.program.nanogpt import MODEL  # here: keeps `pcp --help` fast
 
     register(MODEL)
 
 
 @hookimpl
 def pcp_register_datasets(register) -> None:
-    from pcp_core.data.text import CHAR_TEXT
+    from pcp_core.data.text import CHAR_TEXT  # here: keeps `pcp --help` fast
 
     register(CHAR_TEXT)
 
 
+def _run_local(ctx: RunContext) -> dict[str, Any]:
+    from pcp_core.run.local import run_local  # here: keeps `pcp --help` fast
+
+    return run_local(ctx)
+
+
 @hookimpl
 def pcp_register_algorithms(register) -> None:
-    from pcp_core.run.local import LOCAL
-
-    register(LOCAL)
+    register(Algorithm(name="local", run=_run_local, description="single process, single device"))
 
 
 @hookimpl
 def pcp_register_metric_sinks(register) -> None:
-    from pcp_core.watch.metrics import JSONL
+    from pcp_core.watch.metrics import JSONL  # here: keeps `pcp --help` fast
 
     register(JSONL)

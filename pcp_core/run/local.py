@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.algorithms import Algorithm, RunContext
+from pcp_core.algorithms import RunContext
 from pcp_core.config import ConfigError
 from pcp_core.program.training import prepare, resolve_backend
 
@@ -82,6 +82,3 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
         float(losses[-1]), val_loss, tokens, tokens / compute_s, ctx.metrics.elapsed()
     )
     return summary | {"arch": arch, "compile_cache_hit": artifact.cache_hit}
-
-
-LOCAL = Algorithm(name="local", run=run_local, description="single process, single device")

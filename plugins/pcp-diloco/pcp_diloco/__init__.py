@@ -10,13 +10,13 @@ PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
 
 def _run(ctx):
-    from pcp_diloco.shepherd_side import run
+    from pcp_diloco.shepherd_side import run  # here: keeps plugin discovery fast
 
     return run(ctx)
 
 
 def _worker_round(session, assignment):
-    from pcp_diloco.worker_side import worker_round
+    from pcp_diloco.worker_side import worker_round  # here: keeps plugin discovery fast
 
     return worker_round(session, assignment)
 
