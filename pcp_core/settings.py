@@ -116,8 +116,9 @@ def declared_settings(host: Any) -> dict[str, type]:
     section) and its settings dataclass."""
     found: dict[str, type] = {}
     for kind in KINDS_WITH_SETTINGS:
-        for name in host.registries[kind].names():
-            declared = getattr(host.registries[kind].get(name), "settings", None)
-            if declared is not None and dataclasses.is_dataclass(declared):
+        registry = host.registries[kind]
+        for name, entry in registry.entries.items():
+            declared = getattr(entry.value, "settings", None)
+            if name not in registry.conflicts and dataclasses.is_dataclass(declared):
                 found[name] = declared  # type: ignore[assignment]
     return found
