@@ -74,7 +74,8 @@ XLA_VARIANTS: dict[str, dict[str, Any]] = {
     "bf16-hidden": {"bf16_hidden": CUDA},
     "no-bf16-hidden": {"bf16_hidden": NONE},
     "bf16-outputs": {"bf16_outputs": CUDA},
-    # not yet measured on a GPU (see pcp_xla.runtime.COMPILER_OPTIONS)
+    # XLA keeps the bf16 roundings (pcp_xla.runtime.COMPILER_OPTIONS; H100 results in
+    # benchmarks/results/gpu/h100/2026-11-25/torch_anchor.md)
     "exact-precision": {"compiler_options": EXACT},
     "exact-precision-bf16-hidden": {"compiler_options": EXACT, "bf16_hidden": CUDA},
 }
