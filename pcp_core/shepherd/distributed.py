@@ -19,12 +19,12 @@ from pcp_core.config import ConfigError, RunConfig
 from pcp_core.iree.malloc import retaining_env
 from pcp_core.program.training import TrainingSetup
 from pcp_core.shepherd.admission import Admission
+from pcp_core.shepherd.local_workers import LocalWorkers
 from pcp_core.shepherd.session import Limits, Shepherd
 from pcp_core.wire import auth
 from pcp_core.wire.liveness import heartbeat_interval
 from pcp_core.wire.messages import RunSettings
 from pcp_core.wire.transport import Listener, TransportOptions
-from pcp_core.worker.supervisor import LocalWorkers
 
 log = structlog.get_logger(__name__)
 
