@@ -43,15 +43,15 @@ sys.path.insert(0, str(Path(__file__).parent))
 RESULTS = Path(__file__).parent / "results"
 H100_BF16_DENSE_TFLOPS = 989.0
 
-# PCP's `xla` step with the per-platform choices of the CUDA export (see pcp_core.program.nanogpt
-# and pcp_core.program.precision) switched: a variant names the choices it sets, the rest stay as
-# the modules say. "pcp" is the program as shipped today.
+# PCP's `xla` step with the per-platform choices of the CUDA export (see pcp_core.program:
+# nanogpt, layers, losses, precision) switched: a variant names the choices it sets, the
+# rest stay as the modules say. "pcp" is the program as shipped today.
 CHOICES = {
     "attention": ("nanogpt", "FUSED_ATTENTION_PLATFORMS"),
-    "forms": ("nanogpt", "XLA_FORM_PLATFORMS"),
+    "forms": ("layers", "XLA_FORM_PLATFORMS"),
     "bf16_attention": ("nanogpt", "BF16_ATTENTION_PLATFORMS"),
     "sorted_embedding": ("nanogpt", "SORTED_EMBEDDING_PLATFORMS"),
-    "one_pass_logsumexp": ("nanogpt", "ONE_PASS_LOGSUMEXP_PLATFORMS"),
+    "one_pass_logsumexp": ("losses", "ONE_PASS_LOGSUMEXP_PLATFORMS"),
     "weight_gradient": ("precision", "SINGLE_PRODUCT_PLATFORMS"),
     "bf16_hidden": ("precision", "BF16_HIDDEN_PLATFORMS"),
     "bf16_outputs": ("precision", "BF16_OUTPUT_PLATFORMS"),
@@ -278,9 +278,10 @@ def xla_variant(name: str) -> Iterator[None]:
     """The CUDA export's per-platform choices as `XLA_VARIANTS[name]` says."""
     from pcp_xla import runtime
 
-    from pcp_core.program import nanogpt, precision
+    from pcp_core.program import layers, losses, nanogpt, precision
 
-    modules = {"nanogpt": nanogpt, "precision": precision, "runtime": runtime}
+    modules = {"nanogpt": nanogpt, "layers": layers, "losses": losses}
+    modules |= {"precision": precision, "runtime": runtime}
     where = {key: (modules[module], attribute) for key, (module, attribute) in CHOICES.items()}
     saved = {key: getattr(*where[key]) for key in CHOICES}
     for key, platforms in XLA_VARIANTS[name].items():

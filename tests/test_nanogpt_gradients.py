@@ -1,14 +1,14 @@
 """The built-in GPT's hand-written gradients against autodiff of the plain formulas.
 
 Layer norm, GELU, the column sums and the q/k/v split have their backward passes
-written out (pcp_core/program/nanogpt.py says why: fewer bytes kept for the backward pass, and
-reductions GPU targets run well); in f32 they must be the gradients autodiff gives.
+written out (pcp_core/program/layers.py says why: fewer bytes kept for the backward
+pass, and reductions GPU targets run well); in f32 they must be the gradients autodiff gives.
 """
 
 import numpy as np
 import pytest
 
-from pcp_core.program import nanogpt
+from pcp_core.program import layers
 
 
 @pytest.fixture(scope="module")
@@ -37,8 +37,8 @@ def test_layer_norm(rng) -> None:
 
     inputs = [rng.standard_normal(shape).astype(np.float32) for shape in ((4, 8, 16), (16,), (16,))]
     cotangent = rng.standard_normal((4, 8, 16)).astype(np.float32)
-    np.testing.assert_allclose(nanogpt._layer_norm()(*inputs), reference(*inputs), atol=1e-5)
-    assert_same_gradients(nanogpt._layer_norm(), reference, inputs, cotangent)
+    np.testing.assert_allclose(layers.layer_norm()(*inputs), reference(*inputs), atol=1e-5)
+    assert_same_gradients(layers.layer_norm(), reference, inputs, cotangent)
 
 
 def test_gelu(rng) -> None:
@@ -47,15 +47,15 @@ def test_gelu(rng) -> None:
     x = rng.standard_normal((4, 32)).astype(np.float32) * 3
     cotangent = rng.standard_normal((4, 32)).astype(np.float32)
     reference = lambda x: jax.nn.gelu(x, approximate=True)  # noqa: E731
-    np.testing.assert_allclose(nanogpt._gelu("f32")(x), reference(x), atol=1e-6)
-    assert_same_gradients(nanogpt._gelu("f32"), reference, [x], cotangent)
+    np.testing.assert_allclose(layers.gelu("f32")(x), reference(x), atol=1e-6)
+    assert_same_gradients(layers.gelu("f32"), reference, [x], cotangent)
 
 
 @pytest.mark.parametrize("shape", [(32, 256, 384), (3, 5, 7), (2, 1024, 48)])
 def test_column_sum(rng, shape) -> None:
     g = rng.standard_normal(shape).astype(np.float32)
     expected = g.reshape(-1, shape[-1]).astype(np.float64).sum(axis=0)
-    np.testing.assert_allclose(nanogpt._column_sum(g), expected, rtol=1e-4, atol=1e-3)
+    np.testing.assert_allclose(layers.column_sum(g), expected, rtol=1e-4, atol=1e-3)
 
 
 def test_split_heads(rng) -> None:
@@ -65,6 +65,6 @@ def test_split_heads(rng) -> None:
 
     qkv = rng.standard_normal((2, 8, 72)).astype(np.float32)
     cotangents = tuple(rng.standard_normal((2, 4, 8, 6)).astype(np.float32) for _ in range(3))
-    for got, expected in zip(nanogpt._split_heads(4)(qkv), reference(qkv), strict=True):
+    for got, expected in zip(layers.split_heads(4)(qkv), reference(qkv), strict=True):
         np.testing.assert_array_equal(got, expected)
-    assert_same_gradients(nanogpt._split_heads(4), reference, [qkv], cotangents)
+    assert_same_gradients(layers.split_heads(4), reference, [qkv], cotangents)

@@ -1,7 +1,7 @@
 """The per-platform forms of the exported step compute what the portable program does.
 
-The CUDA export takes forms XLA compiles well (pcp_core.program.nanogpt.XLA_FORM_PLATFORMS,
-SORTED_EMBEDDING_PLATFORMS, ONE_PASS_LOGSUMEXP_PLATFORMS, BF16_ATTENTION_PLATFORMS,
+The CUDA export takes forms XLA compiles well (pcp_core.program.layers.XLA_FORM_PLATFORMS,
+losses.ONE_PASS_LOGSUMEXP_PLATFORMS, nanogpt.SORTED_EMBEDDING_PLATFORMS, BF16_ATTENTION_PLATFORMS,
 pcp_core.program.precision.SINGLE_PRODUCT_PLATFORMS); here they are switched on for the CPU,
 so a machine without a GPU checks them against `jax_step`, which keeps the portable form.
 """
@@ -13,7 +13,7 @@ import pytest
 from pcp_xla import BACKEND
 from pcp_xla.runtime import XLA, XlaExecutor
 
-from pcp_core.program import nanogpt, precision
+from pcp_core.program import layers, losses, nanogpt, precision
 from pcp_core.program.build import build_train_program, export_platform, exporting_for
 from pcp_core.testing.reference import BATCH, CALLS, STEPS_PER_CALL, initial_params, reference
 
@@ -40,9 +40,9 @@ def run_both(program: Any, corpus: Any, config: dict[str, int]) -> tuple[list, l
 
 @pytest.fixture
 def xla_forms_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(nanogpt, "XLA_FORM_PLATFORMS", (PLATFORM,))
+    monkeypatch.setattr(layers, "XLA_FORM_PLATFORMS", (PLATFORM,))
     monkeypatch.setattr(nanogpt, "SORTED_EMBEDDING_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(nanogpt, "ONE_PASS_LOGSUMEXP_PLATFORMS", (PLATFORM,))
+    monkeypatch.setattr(losses, "ONE_PASS_LOGSUMEXP_PLATFORMS", (PLATFORM,))
     monkeypatch.setattr(nanogpt, "BF16_ATTENTION_PLATFORMS", (PLATFORM,))
     monkeypatch.setattr(precision, "SINGLE_PRODUCT_PLATFORMS", (PLATFORM,))
 
@@ -101,7 +101,7 @@ def test_the_sorted_embedding_gradient_is_the_one_hot_product() -> None:
     g = rng.standard_normal((rows.size, 6)).astype(np.float32)
     expected = np.zeros((vocab, 6), np.float64)
     np.add.at(expected, rows, g.astype(np.float64))
-    got = np.asarray(nanogpt._sorted_embedding_gradient(rows, g, vocab))
+    got = np.asarray(layers.sorted_embedding_gradient(rows, g, vocab))
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
 
 
@@ -111,7 +111,7 @@ def test_the_one_pass_logsumexp_is_logsumexp() -> None:
     rng = np.random.default_rng(1)
     x = (rng.standard_normal((5, 7, 301)) * 30).astype(np.float32)
     x[0, 0, :] = -1e30  # every entry tiny: the running start must not make a NaN
-    got = np.asarray(nanogpt._logsumexp_in_one_pass(x))
+    got = np.asarray(losses.logsumexp_in_one_pass(x))
     np.testing.assert_allclose(got[..., 0], logsumexp(x.astype(np.float64), axis=-1), rtol=1e-6)
 
 
