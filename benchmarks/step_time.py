@@ -38,6 +38,7 @@ from pcp_diloco.settings import DilocoSettings
 
 from pcp_core import plugins
 from pcp_core.backends import Backend, zero_opt_tensors, zero_opt_tensors_through_host
+from pcp_core.config import PRECISIONS
 from pcp_core.data import text as data
 from pcp_core.iree.compiler import compile_program
 from pcp_core.iree.executor import IreeExecutor, to_host
@@ -45,7 +46,6 @@ from pcp_core.iree.malloc import retaining_env
 from pcp_core.optimizers import InnerSettings
 from pcp_core.program import nanogpt
 from pcp_core.program.build import build_train_program
-from pcp_core.program.precision import PRECISIONS
 
 RESULTS = Path(__file__).parent / "results"
 DILOCO_ROUND_STEPS = DilocoSettings().inner_steps  # H, for the round start's share of a round

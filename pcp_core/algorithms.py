@@ -6,12 +6,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pcp_core.config import RunConfig
-from pcp_core.watch.metrics import Metrics
-from pcp_core.watch.run_status import RunStatus
 
-if TYPE_CHECKING:  # types only: the plugin host and the shepherd's endpoint use this module
+if TYPE_CHECKING:  # types only: this contract sits below the modules that implement them
     from pcp_core.plugins import PluginHost
     from pcp_core.shepherd.distributed import Endpoint
+    from pcp_core.watch.metrics import Metrics
+    from pcp_core.watch.run_status import RunStatus
 
 
 class Progress(Protocol):
@@ -34,12 +34,12 @@ class SilentProgress:
 class RunContext:
     config: RunConfig
     run_dir: Path
-    metrics: Metrics
+    metrics: "Metrics"
     plugins: "PluginHost"
-    progress: Progress = field(default_factory=SilentProgress)
     # What the run is doing now, for the dashboard and the status endpoint: algorithms
-    # report worker and run states into it (the CLI passes the same object as `progress`).
-    status: RunStatus = field(default_factory=lambda: RunStatus(log_progress=False))
+    # report worker and run states into it (the run passes the same object as `progress`).
+    status: "RunStatus"
+    progress: Progress = field(default_factory=SilentProgress)
     # True for the one-command form: the algorithm starts its own local workers.
     local_workers: bool = False
     # True for `--resume RUN_DIR`: continue from the run directory's last good checkpoint.

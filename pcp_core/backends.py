@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import numpy as np
 import structlog
 
-from pcp_core.program.precision import PRECISIONS
+from pcp_core.config import PRECISIONS
 
 log = structlog.get_logger(__name__)
 

@@ -13,8 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pcp_core.program.precision import PRECISIONS
 from pcp_core.settings import ConfigError, check_value
+
+# The run precisions (`--precision`; what each means: pcp_core.program.precision).
+PRECISIONS = ("f32", "bf16")
 
 # Upper bounds of the numeric settings: far above any real run, low enough that a typo
 # (an exponent too many) is a one-line error instead of an overflow, a huge allocation or

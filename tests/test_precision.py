@@ -5,7 +5,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pcp_core.config import ConfigError, RunConfig
+from pcp_core.config import PRECISIONS, ConfigError, RunConfig
 from pcp_core.data import text as data
 from pcp_core.optimizers import InnerSettings
 from pcp_core.program import nanogpt, precision
@@ -40,7 +40,7 @@ def test_bf16_gradients_stay_close_to_f32() -> None:
     x, y = (rng.integers(0, 60, (8, 32)).astype(np.int32) for _ in range(2))
     grads = {
         policy: jax.grad(lambda p, policy=policy: nanogpt.loss(config, p, x, y, policy))(params)
-        for policy in precision.PRECISIONS
+        for policy in PRECISIONS
     }
     assert all(grads["bf16"][name].dtype == np.float32 for name in params)
     errors = {name: relative_error(grads["bf16"][name], grads["f32"][name]) for name in params}
@@ -105,7 +105,7 @@ def test_bf16_loss_curve_follows_f32_on_tinyshakespeare() -> None:
     config = nanogpt.MODEL.config({"vocab_size": corpus.vocab_size})
     tx = pcp_adamw.build(InnerSettings(total_steps=300))
     curves = {}
-    for policy in precision.PRECISIONS:
+    for policy in PRECISIONS:
         program = build_train_program(nanogpt.MODEL, config, tx, 10, 16, precision=policy)
         evaluation = build_eval_program(nanogpt.MODEL, config, 8, 16, precision=policy)
         params = list(nanogpt.init(config, 0).values())

@@ -11,6 +11,7 @@ from collections.abc import Mapping
 
 import structlog
 
+from pcp_core.config import PRECISIONS
 from pcp_core.models import Model, Params
 from pcp_core.program import layers, losses
 from pcp_core.program import precision as precisions
@@ -188,7 +189,7 @@ MODEL = Model(
     init=init,
     loss=loss,
     validate=validate,
-    precisions=precisions.PRECISIONS,
+    precisions=PRECISIONS,
     description="character-level GPT (nanoGPT) in plain JAX",
     presets=PRESETS,
     shapes=shapes,

@@ -12,8 +12,6 @@ from typing import Any
 
 from pcp_core.program.build import export_platform
 
-PRECISIONS = ("f32", "bf16")
-
 # Blocks of rows whose weight-gradient products are summed last (see `weight_gradient`).
 WEIGHT_GRADIENT_BLOCKS = 8
 # Platforms whose exported program (XLA's) takes each weight gradient as one product:
