@@ -8,8 +8,6 @@ from typing import TYPE_CHECKING, Any, Protocol
 from pcp_core.config import RunConfig
 
 if TYPE_CHECKING:  # types only: this contract sits below the modules that implement them
-    from pcp_core.plugins import PluginHost
-    from pcp_core.shepherd.distributed import Endpoint
     from pcp_core.watch.metrics import Metrics
     from pcp_core.watch.run_status import RunStatus
 
@@ -35,7 +33,8 @@ class RunContext:
     config: RunConfig
     run_dir: Path
     metrics: "Metrics"
-    plugins: "PluginHost"
+    # The run's pcp_core.plugins.PluginHost (not imported here: the host loads this module).
+    plugins: Any
     # What the run is doing now, for the dashboard and the status endpoint: algorithms
     # report worker and run states into it (the run passes the same object as `progress`).
     status: "RunStatus"
@@ -45,8 +44,9 @@ class RunContext:
     # True for `--resume RUN_DIR`: continue from the run directory's last good checkpoint.
     resume: bool = False
     # A distributed algorithm's secret and bound listener (pcp_core.shepherd.distributed.Endpoint),
-    # opened by the CLI before the program is built; None: the algorithm opens its own.
-    endpoint: "Endpoint | None" = None
+    # opened by the run before the program is built (not imported here: it uses this
+    # module); None: the algorithm opens its own.
+    endpoint: Any = None
 
 
 @dataclass(frozen=True)
