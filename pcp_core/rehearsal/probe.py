@@ -1,0 +1,306 @@
+"""Measure an emulated link: TCP goodput, round-trip time and packet loss.
+
+The measuring ends run as small child processes inside the nodes' namespaces
+(`python -m pcp_core.rehearsal.probe <role> ...`); `measure_rate`, `measure_rtt` and
+`measure_loss` start them and read their JSON answer. `python -m
+pcp_core.rehearsal.probe accuracy` builds a few one-worker networks and prints how
+close each comes to its configuration (the table in docs/wan.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import socket
+import subprocess
+import sys
+import time
+from typing import Any
+
+from pcp_core.rehearsal.links import Network
+
+# TCP payload per Ethernet frame with timestamps (1448 of 1514 bytes): the goodput a
+# link of a given wire rate can deliver at most.
+PAYLOAD_SHARE = 1448 / 1514
+
+
+# ---- the ends, run in a namespace ------------------------------------------------------
+
+
+def _listen(port: int, kind: int = socket.SOCK_STREAM) -> socket.socket:
+    """A socket bound to every address on `port`; says "listening" on stdout."""
+    sock = socket.socket(socket.AF_INET, kind)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("0.0.0.0", port))
+    if kind == socket.SOCK_STREAM:
+        sock.listen(1)
+    print("listening", flush=True)
+    return sock
+
+
+def tcp_sink(port: int, warmup: float) -> dict[str, Any]:
+    """Receive one connection until EOF; goodput over the part after `warmup` seconds."""
+    with _listen(port) as server:
+        conn, _ = server.accept()
+        with conn:
+            total = 0
+            first = mark = None
+            mark_bytes = 0
+            while True:
+                data = conn.recv(1 << 20)
+                now = time.monotonic()
+                if not data:
+                    break
+                if first is None:
+                    first = now
+                total += len(data)
+                if mark is None and now - first >= warmup:
+                    mark, mark_bytes = now, total
+                last = now
+    if first is None or mark is None or last <= mark:
+        return {"bytes": total, "mbit": 0.0, "seconds": 0.0}
+    seconds = last - mark
+    return {"bytes": total, "seconds": seconds, "mbit": (total - mark_bytes) * 8 / seconds / 1e6}
+
+
+def tcp_send(host: str, port: int, seconds: float) -> dict[str, Any]:
+    """Send zeros to host:port for `seconds`, then close."""
+    chunk = bytes(1 << 16)
+    sent = 0
+    with socket.create_connection((host, port), timeout=30) as sock:
+        end = time.monotonic() + seconds
+        while time.monotonic() < end:
+            sock.sendall(chunk)
+            sent += len(chunk)
+        sock.shutdown(socket.SHUT_WR)
+        sock.recv(1)  # wait until the sink has read everything and closed
+    return {"sent": sent}
+
+
+def tcp_echo(port: int) -> dict[str, Any]:
+    """Echo one connection's bytes back until EOF."""
+    with _listen(port) as server:
+        conn, _ = server.accept()
+        with conn:
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            while data := conn.recv(4096):
+                conn.sendall(data)
+    return {}
+
+
+def tcp_ping(host: str, port: int, count: int, interval: float) -> dict[str, Any]:
+    """Time `count` one-byte request/response exchanges; the first includes the handshake."""
+    rtts: list[float] = []
+    start = time.monotonic()
+    with socket.create_connection((host, port), timeout=30) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        first = True
+        for _ in range(count + 1):
+            sent = time.monotonic()
+            sock.sendall(b"x")
+            if not sock.recv(1):
+                break
+            if first:
+                connect_ms = (time.monotonic() - start) * 1000
+                first = False
+            else:
+                rtts.append((time.monotonic() - sent) * 1000)
+            time.sleep(interval)
+    return {"rtt_ms": rtts, "first_exchange_ms": connect_ms}
+
+
+def udp_sink(port: int, idle: float) -> dict[str, Any]:
+    """Count datagrams until none has come for `idle` seconds (after the first)."""
+    with _listen(port, socket.SOCK_DGRAM) as sock:
+        sock.settimeout(30)
+        received = 0
+        try:
+            while True:
+                sock.recv(2048)
+                received += 1
+                sock.settimeout(idle)
+        except TimeoutError:
+            pass
+    return {"received": received}
+
+
+def udp_send(host: str, port: int, count: int, rate: float) -> dict[str, Any]:
+    """Send `count` 100-byte datagrams, `rate` per second."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        start = time.monotonic()
+        for n in range(count):
+            sock.sendto(b"p" * 100, (host, port))
+            delay = start + (n + 1) / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+    return {"sent": count}
+
+
+# ---- the measuring side ----------------------------------------------------------------
+
+
+def _start_end(network: Network, node: str, args: list[str]) -> subprocess.Popen[str]:
+    """Start a listening end in `node`'s namespace and wait for its "listening" line."""
+    process = network.popen(
+        node,
+        [sys.executable, "-m", "pcp_core.rehearsal.probe", *args],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    line = process.stdout.readline()
+    if line.strip() != "listening":
+        process.kill()
+        raise RuntimeError(f"probe {args[0]} in {node} did not start: {line!r}")
+    return process
+
+
+def _answer(process: subprocess.Popen[str], timeout: float) -> dict[str, Any]:
+    """The JSON a probe end printed last."""
+    out, _ = process.communicate(timeout=timeout)
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _run_end(network: Network, node: str, args: list[str], timeout: float) -> dict[str, Any]:
+    """Run a connecting end in `node`'s namespace to completion; its JSON answer."""
+    result = network.run(
+        node,
+        [sys.executable, "-m", "pcp_core.rehearsal.probe", *args],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    if result.returncode != 0:
+        raise RuntimeError(f"probe {args[0]} in {node} failed: {result.stderr.strip()}")
+    return json.loads(result.stdout.strip().splitlines()[-1])
+
+
+def measure_rate(
+    network: Network, sender: str, receiver: str, seconds: float = 4.0, warmup: float = 1.0
+) -> float:
+    """TCP goodput in Mbit/s from `sender` to `receiver`, after `warmup` seconds."""
+    sink = _start_end(network, receiver, ["tcp-sink", "5201", str(warmup)])
+    try:
+        host = network.address(receiver)
+        _run_end(network, sender, ["tcp-send", host, "5201", str(seconds + warmup)], 60 + seconds)
+        return float(_answer(sink, 30)["mbit"])
+    finally:
+        sink.kill()
+
+
+def measure_rtt(
+    network: Network, client: str, server: str, count: int = 20, interval: float = 0.02
+) -> dict[str, Any]:
+    """Application-level round trips from `client` to `server` over one TCP connection."""
+    echo = _start_end(network, server, ["tcp-echo", "5202"])
+    try:
+        host = network.address(server)
+        answer = _run_end(
+            network, client, ["tcp-ping", host, "5202", str(count), str(interval)], 120
+        )
+        _answer(echo, 30)
+        return answer
+    finally:
+        echo.kill()
+
+
+def measure_loss(
+    network: Network, sender: str, receiver: str, count: int = 4000, rate: float = 2000
+) -> float:
+    """The share of `count` UDP datagrams from `sender` that `receiver` did not get."""
+    sink = _start_end(network, receiver, ["udp-sink", "5203", "3.0"])
+    try:
+        host = network.address(receiver)
+        _run_end(network, sender, ["udp-send", host, "5203", str(count), str(rate)], 60)
+        return 1 - _answer(sink, 30)["received"] / count
+    finally:
+        sink.kill()
+
+
+def accuracy(rates: list[float], delays: list[float], seconds: float) -> list[dict[str, Any]]:
+    """Measure goodput and RTT for each rate × one-way delay on a one-worker network."""
+    from statistics import median
+
+    from pcp_core.rehearsal.links import emulated_network
+    from pcp_core.rehearsal.scenario import Link, Scenario, Worker
+
+    rows = []
+    for rate in rates:
+        for delay in delays:
+            scenario = Scenario(
+                name="accuracy",
+                shepherd=Link(rate_mbit=10_000),
+                workers=[Worker("w", Link(rate_mbit=rate, delay_ms=delay))],
+            )
+            with emulated_network(scenario) as network:
+                up = measure_rate(network, "w", "shepherd", seconds=seconds)
+                down = measure_rate(network, "shepherd", "w", seconds=seconds)
+                rtt = measure_rtt(network, "w", "shepherd")
+            rows.append(
+                {
+                    "rate_mbit": rate,
+                    "delay_ms": delay,
+                    "goodput_up_mbit": round(up, 2),
+                    "goodput_down_mbit": round(down, 2),
+                    "goodput_share": round(min(up, down) / rate, 3),
+                    "rtt_expected_ms": 2 * delay,
+                    "rtt_median_ms": round(median(rtt["rtt_ms"]), 2),
+                    "rtt_max_ms": round(max(rtt["rtt_ms"]), 2),
+                    "first_exchange_ms": round(rtt["first_exchange_ms"], 2),
+                }
+            )
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    """The probe ends' command line (and `accuracy`, run as root)."""
+    parser = argparse.ArgumentParser(prog="python -m pcp_core.rehearsal.probe")
+    sub = parser.add_subparsers(dest="role", required=True)
+    p = sub.add_parser("tcp-sink")
+    p.add_argument("port", type=int)
+    p.add_argument("warmup", type=float)
+    p = sub.add_parser("tcp-send")
+    p.add_argument("host")
+    p.add_argument("port", type=int)
+    p.add_argument("seconds", type=float)
+    p = sub.add_parser("tcp-echo")
+    p.add_argument("port", type=int)
+    p = sub.add_parser("tcp-ping")
+    p.add_argument("host")
+    p.add_argument("port", type=int)
+    p.add_argument("count", type=int)
+    p.add_argument("interval", type=float)
+    p = sub.add_parser("udp-sink")
+    p.add_argument("port", type=int)
+    p.add_argument("idle", type=float)
+    p = sub.add_parser("udp-send")
+    p.add_argument("host")
+    p.add_argument("port", type=int)
+    p.add_argument("count", type=int)
+    p.add_argument("rate", type=float)
+    p = sub.add_parser("accuracy", help="measure rate and RTT of a few links (needs root)")
+    p.add_argument("--rates", default="20,100", help="Mbit/s, comma-separated")
+    p.add_argument("--delays", default="10,150", help="one-way ms, comma-separated")
+    p.add_argument("--seconds", type=float, default=4.0)
+    args = parser.parse_args(argv)
+    if args.role == "accuracy":
+        accuracy(
+            [float(v) for v in args.rates.split(",")],
+            [float(v) for v in args.delays.split(",")],
+            args.seconds,
+        )
+        return 0
+    handlers = {
+        "tcp-sink": lambda: tcp_sink(args.port, args.warmup),
+        "tcp-send": lambda: tcp_send(args.host, args.port, args.seconds),
+        "tcp-echo": lambda: tcp_echo(args.port),
+        "tcp-ping": lambda: tcp_ping(args.host, args.port, args.count, args.interval),
+        "udp-sink": lambda: udp_sink(args.port, args.idle),
+        "udp-send": lambda: udp_send(args.host, args.port, args.count, args.rate),
+    }
+    print(json.dumps(handlers[args.role]()), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
