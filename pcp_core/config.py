@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pcp_core.settings import ConfigError, check_value
+from pcp_core.settings import ConfigError, check_value, setting
+
+# The section of the run config that distributed runs read (ShepherdSettings, below).
+SHEPHERD = "shepherd"
 
 # The run precisions (`--precision`; what each means: pcp_core.program.precision).
 PRECISIONS = ("f32", "bf16")
@@ -27,7 +30,6 @@ UPPER_BOUNDS: dict[str, float] = {
     "steps": MAX_STEPS,
     "warmup_steps": MAX_STEPS,
     "eval_every": MAX_STEPS,
-    "checkpoint_every": MAX_STEPS,
     "steps_per_call": 10**5,
     "eval_batches": 10**5,
     "batch_size": 2**20,
@@ -35,13 +37,8 @@ UPPER_BOUNDS: dict[str, float] = {
     "n_head": 2**16,
     "n_embd": 2**20,
     "block_size": 2**20,
-    "workers": 10**4,
-    "min_workers": 10**4,
     "seed": 2**31 - 1,
     "device": 2**16,
-    "worker_timeout": MAX_SECONDS,
-    "join_timeout": MAX_SECONDS,
-    "round_timeout": MAX_SECONDS,
 }
 
 
@@ -110,48 +107,10 @@ class RunConfig:
         None, "Learning rate at the end of the cosine decay (default: a tenth of --lr)."
     )
     warmup_steps: int = _opt(20, "Linear warmup steps.")
-    weight_decay: float = _opt(0.1, "AdamW decoupled weight decay (matrices only).")
-    beta1: float = _opt(0.9, "AdamW beta1.")
-    beta2: float = _opt(0.99, "AdamW beta2.")
-    eps: float = _opt(1e-8, "AdamW epsilon.")
     grad_clip: float = _opt(1.0, "Global gradient-norm clip (0 disables).")
     seed: int = _opt(0, "Seed for initialisation and data order.")
     eval_every: int = _opt(100, "Evaluate validation loss every N steps (0: only at the end).")
     eval_batches: int = _opt(8, "Validation batches per evaluation.")
-    # distributed (diloco)
-    workers: int = _opt(2, "Workers to start (one-command diloco form) or wait for.")
-    worker_backends: str | None = _opt(
-        None, "One-command form: backend of each local worker, e.g. cpu,vulkan (sets --workers)."
-    )
-    transport: str = _opt("capnp-tcp", "DiLoCo: transport between shepherd and workers.")
-    host: str = _opt("127.0.0.1", "Shepherd: address to listen on.")
-    port: int | None = _opt(None, "Shepherd: TCP port (default 7433; any free one for train).")
-    join_timeout: float = _opt(
-        600.0,
-        "Shepherd: seconds to wait for workers to join (at the start, or when too few are left).",
-    )
-    min_workers: int = _opt(
-        1, "Shepherd: accepted results a round needs; below that it is retried or waits."
-    )
-    worker_timeout: float = _opt(
-        30.0, "Seconds of silence after which a peer is declared dead (heartbeats every quarter)."
-    )
-    round_timeout: float | None = _opt(
-        None,
-        "Shepherd: a round's deadline in seconds (default: 3x recent rounds + --worker-timeout).",
-    )
-    checkpoint_every: int = _opt(
-        1, "Shepherd: write the resumable checkpoint every N rounds (and at the end)."
-    )
-    serve: str | None = _opt(
-        None,
-        "Shepherd: what it compiles for, as BACKEND or BACKEND:ARCH entries, e.g. "
-        "cpu,cuda:sm_80 (default: any installed backend); other workers are refused.",
-    )
-    token_file: Path | None = _opt(None, "File holding the shared secret (else $PCP_TOKEN).")
-    tls_cert: Path | None = _opt(None, "TLS certificate (PEM) the shepherd presents.")
-    tls_key: Path | None = _opt(None, "TLS private key (PEM) for --tls-cert.")
-    tls_ca: Path | None = _opt(None, "CA (PEM) local workers use to verify --tls-cert.")
     # watching a run
     status_port: int | None = _opt(
         None,
@@ -178,31 +137,25 @@ class RunConfig:
         flags = {k: getattr(self, k) for k in ("n_layer", "n_head", "n_embd", "block_size")}
         return {**flags, **parse_model_settings(self.model_settings)}
 
+    @property
+    def shepherd(self) -> "ShepherdSettings":
+        """The `[shepherd]` section: what a distributed run's shepherd and workers use."""
+        return self.settings(SHEPHERD)
+
     def local_worker_backends(self) -> list[str]:
-        if self.worker_backends:
-            return [b.strip() for b in self.worker_backends.split(",")]
-        return [self.backend] * self.workers
+        """The backends of the workers the one-command form starts (`--worker-backends`,
+        else `--workers` times `--backend`)."""
+        shepherd = self.shepherd
+        if shepherd.worker_backends:
+            return [b.strip() for b in shepherd.worker_backends.split(",")]
+        return [self.backend] * shepherd.workers
 
     def final_lr(self) -> float:
         """The learning rate the cosine decay ends at: `min_lr`, else a tenth of `lr`."""
         return self.lr / 10 if self.min_lr is None else self.min_lr
 
-    def served(self) -> tuple[str, ...]:
-        return tuple(entry.strip() for entry in (self.serve or "").split(",") if entry.strip())
-
     def validate(self) -> "RunConfig":
-        if self.serve is not None and not self.served():
-            raise ConfigError(
-                f"serve: expected BACKEND or BACKEND:ARCH entries, got {self.serve!r}"
-            )
-        if self.worker_backends is not None:
-            backends = [b.strip() for b in self.worker_backends.split(",")]
-            if not all(backends):
-                raise ConfigError(f"worker_backends: empty name in {self.worker_backends!r}")
-            self.workers = len(backends)
-        positive = ["steps", "batch_size", "steps_per_call", "eval_batches", "workers"]
-        positive += ["min_workers", "checkpoint_every", "worker_timeout"]
-        for name in positive:
+        for name in ("steps", "batch_size", "steps_per_call", "eval_batches"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         parse_model_settings(self.model_settings)
@@ -217,15 +170,8 @@ class RunConfig:
                 raise ConfigError(f"{name} must be at most {bound:,}, got {value:g}")
         if self.seed < 0:
             raise ConfigError(f"seed must not be negative, got {self.seed}")
-        if self.algorithm != "local" and self.min_workers > self.workers:
-            raise ConfigError(
-                f"min_workers ({self.min_workers}) must not be more than workers "
-                f"({self.workers}): a round could never have enough results"
-            )
-        for name in ("port", "status_port"):
-            value = getattr(self, name)
-            if value is not None and not 0 <= value < 65536:
-                raise ConfigError(f"{name} must be in 0..65535, got {value}")
+        if self.status_port is not None and not 0 <= self.status_port < 65536:
+            raise ConfigError(f"status_port must be in 0..65535, got {self.status_port}")
         if self.warmup_steps < 0 or self.eval_every < 0:
             raise ConfigError("warmup_steps and eval_every must not be negative")
         if self.precision not in PRECISIONS:
@@ -237,21 +183,12 @@ class RunConfig:
         return self
 
     def _check_ranges(self) -> None:
-        """Every float finite, and each optimizer or timeout setting in its range."""
+        """Every float finite, and each schedule setting in its range."""
         for item in dataclasses.fields(self):
             check_value(item.name, getattr(self, item.name), {})
-        at_least_zero = ["lr", "min_lr", "weight_decay", "grad_clip", "join_timeout"]
-        for name in at_least_zero:
+        for name in ("lr", "min_lr", "grad_clip"):
             if getattr(self, name) is not None and getattr(self, name) < 0:
                 raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
-        for name in ("eps",):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
-        for name in ("beta1", "beta2"):
-            if not 0 <= getattr(self, name) < 1:
-                raise ConfigError(f"{name} must be in [0, 1), got {getattr(self, name)}")
-        if self.round_timeout is not None and self.round_timeout <= 0:
-            raise ConfigError(f"round_timeout must be positive, got {self.round_timeout}")
         if self.final_lr() > self.lr:
             raise ConfigError(
                 f"min_lr must not be above lr, got min_lr {self.min_lr} and lr {self.lr}; "
@@ -260,3 +197,86 @@ class RunConfig:
 
 
 FIELDS = {f.name: f for f in dataclasses.fields(RunConfig) if f.name != "plugins"}
+
+
+def _backend_names(text: str) -> str | None:
+    return None if all(b.strip() for b in text.split(",")) else "has an empty name"
+
+
+def _served_entries(text: str) -> str | None:
+    return None if text.strip(", ") else "expects BACKEND or BACKEND:ARCH entries"
+
+
+@dataclass(frozen=True)
+class ShepherdSettings:
+    """The `[shepherd]` section: what a distributed run's shepherd (the core's, which any
+    distributed algorithm drives) and the workers it starts use. A local run has it but
+    reads none of it; its flags are `pcp train`'s (`--workers`, `--port`, ...)."""
+
+    workers: int = setting(2, "Workers to start (one-command form) or wait for.", low=1, high=10**4)
+    worker_backends: str | None = setting(
+        None,
+        "One-command form: backend of each local worker, e.g. cpu,vulkan (sets --workers).",
+        check=_backend_names,
+    )
+    transport: str = setting("capnp-tcp", "Transport between shepherd and workers.")
+    host: str = setting("127.0.0.1", "Address the shepherd listens on.")
+    port: int | None = setting(
+        None, "TCP port (default 7433; any free one for train).", low=0, high=65535
+    )
+    join_timeout: float = setting(
+        600.0,
+        "Seconds to wait for workers to join (at the start, or when too few are left).",
+        low=0,
+        high=MAX_SECONDS,
+    )
+    min_workers: int = setting(
+        1,
+        "Accepted results a round needs; below that it is retried or waits.",
+        low=1,
+        high=10**4,
+    )
+    worker_timeout: float = setting(
+        30.0,
+        "Seconds of silence after which a peer is declared dead (heartbeats every quarter).",
+        low=0,
+        low_open=True,
+        high=MAX_SECONDS,
+    )
+    round_timeout: float | None = setting(
+        None,
+        "A round's deadline in seconds (default: 3x recent rounds + --worker-timeout).",
+        low=0,
+        low_open=True,
+        high=MAX_SECONDS,
+    )
+    checkpoint_every: int = setting(
+        1, "Write the resumable checkpoint every N rounds (and at the end).", low=1, high=MAX_STEPS
+    )
+    serve: str | None = setting(
+        None,
+        "What the shepherd compiles for, as BACKEND or BACKEND:ARCH entries, e.g. "
+        "cpu,cuda:sm_80 (default: any installed backend); other workers are refused.",
+        check=_served_entries,
+    )
+    token_file: Path | None = setting(None, "File holding the shared secret (else $PCP_TOKEN).")
+    tls_cert: Path | None = setting(None, "TLS certificate (PEM) the shepherd presents.")
+    tls_key: Path | None = setting(None, "TLS private key (PEM) for --tls-cert.")
+    tls_ca: Path | None = setting(None, "CA (PEM) local workers use to verify --tls-cert.")
+
+    def __post_init__(self) -> None:
+        if self.worker_backends and _backend_names(self.worker_backends) is None:
+            # --worker-backends names every worker, so it sets their number (the
+            # dataclass is frozen: this is its construction)
+            object.__setattr__(self, "workers", len(self.worker_backends.split(",")))
+
+    def validate(self) -> None:
+        """The checks across fields, after each field's own (`pcp_core.settings.build`)."""
+        if self.min_workers > self.workers:
+            raise ConfigError(
+                f"{SHEPHERD}.min_workers ({self.min_workers}) must not be more than workers "
+                f"({self.workers}): a round could never have enough results"
+            )
+
+    def served(self) -> tuple[str, ...]:
+        return tuple(entry.strip() for entry in (self.serve or "").split(",") if entry.strip())

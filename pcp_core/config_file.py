@@ -13,10 +13,27 @@ from typing import Any
 import structlog
 import tomli_w
 
-from pcp_core.config import FIELDS, ConfigError, RunConfig
+from pcp_core.config import FIELDS, SHEPHERD, ConfigError, RunConfig, ShepherdSettings
 from pcp_core.settings import build, coerce, to_values
 
 log = structlog.get_logger(__name__)
+
+# The kinds of registered objects that may declare settings.
+KINDS_WITH_SETTINGS = ("algorithm", "optimizer", "transport", "backend", "model", "dataset")
+
+
+def declared_settings(host: Any) -> dict[str, type]:
+    """Every section a run config has beyond its core fields: the core's own
+    (`[shepherd]`), then each installed plugin that declares settings, by its
+    registered name (the TOML section), with its settings dataclass."""
+    found: dict[str, type] = {SHEPHERD: ShepherdSettings}
+    for kind in KINDS_WITH_SETTINGS:
+        registry = host.registries[kind]
+        for name, entry in registry.entries.items():
+            declared = getattr(entry.value, "settings", None)
+            if name not in registry.conflicts and dataclasses.is_dataclass(declared):
+                found[name] = declared  # type: ignore[assignment]
+    return found
 
 
 def _coerce(name: str, value: Any) -> Any:

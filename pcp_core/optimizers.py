@@ -7,24 +7,36 @@ NumPy float32 over the averaged pseudo-gradient.
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class InnerSettings:
-    """Hyperparameters of the inner (per-step, on-device) optimizer."""
+    """What every inner (per-step, on-device) optimizer is given: the run's schedule and
+    clip, and its own settings (`own`: an instance of the dataclass it declares as
+    `InnerOptimizer.settings`, e.g. AdamW's betas; None outside a run, where it uses its
+    defaults)."""
 
     lr: float = 1e-3
     min_lr: float = 1e-4
     warmup_steps: int = 20
     total_steps: int = 1000
-    weight_decay: float = 0.1
-    beta1: float = 0.9
-    beta2: float = 0.99
-    eps: float = 1e-8
     grad_clip: float = 1.0  # global-norm clip; 0 disables it
+    own: Any = None
+
+
+def own_settings(settings: InnerSettings, declared: type[T]) -> T:
+    """The optimizer's own settings in `settings`: `settings.own`, or `declared`'s
+    defaults where none were given (a program built outside a run)."""
+    if settings.own is None:
+        return declared()
+    if not isinstance(settings.own, declared):
+        raise TypeError(f"expected {declared.__name__} settings, got {type(settings.own).__name__}")
+    return settings.own
 
 
 def learning_rate(settings: InnerSettings) -> Any:

@@ -15,9 +15,6 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-# The kinds of registered objects that may declare settings.
-KINDS_WITH_SETTINGS = ("algorithm", "optimizer", "transport", "backend", "model", "dataset")
-
 
 class ConfigError(ValueError):
     """A bad setting: unknown key, wrong type, out-of-range value."""
@@ -73,15 +70,18 @@ def check_value(name: str, value: Any, metadata: Mapping[str, Any]) -> None:
     if isinstance(value, float) and not math.isfinite(value):
         raise ConfigError(f"{name} must be a finite number, got {value}")
     low, high = metadata.get("low"), metadata.get("high")
-    if low is not None and (value <= low if metadata.get("low_open") else value < low):
+    too_low = low is not None and (value <= low if metadata.get("low_open") else value < low)
+    too_high = high is not None and (value >= high if metadata.get("high_open") else value > high)
+    if (too_low or too_high) and low is not None and metadata.get("high_open"):
+        opening = "(" if metadata.get("low_open") else "["
+        raise ConfigError(f"{name} must be in {opening}{low:g}, {high:g}), got {value}")
+    if too_low:
         if low == 0:
             why = "must be positive" if metadata.get("low_open") else "must not be negative"
         else:
             why = f"must be {'above' if metadata.get('low_open') else 'at least'} {low:g}"
         raise ConfigError(f"{name} {why}, got {value}")
-    if high is not None and (value >= high if metadata.get("high_open") else value > high):
-        if low is not None and metadata.get("high_open"):
-            raise ConfigError(f"{name} must be in [{low:g}, {high:g}), got {value}")
+    if too_high:
         raise ConfigError(f"{name} must be at most {high:,}, got {value:g}")
     if (choices := metadata.get("choices")) and value not in choices:
         raise ConfigError(f"{name} must be one of {', '.join(choices)}: {value!r}")
@@ -102,6 +102,8 @@ def build(section: str, declared: type, values: Mapping[str, Any]) -> Any:
     settings = declared(**{k: coerce(f"{section}.{k}", known[k].type, v) for k, v in given.items()})
     for name, field in known.items():
         check_value(f"{section}.{name}", getattr(settings, name), field.metadata)
+    if callable(validate := getattr(settings, "validate", None)):
+        validate()  # its checks across fields, ConfigError naming them
     return settings
 
 
@@ -109,16 +111,3 @@ def to_values(settings: Any) -> dict[str, Any]:
     """A settings dataclass as TOML values (None left out, paths as text)."""
     values = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
     return {k: str(v) if isinstance(v, Path) else v for k, v in values.items() if v is not None}
-
-
-def declared_settings(host: Any) -> dict[str, type]:
-    """Every installed plugin that declares settings: its registered name (the TOML
-    section) and its settings dataclass."""
-    found: dict[str, type] = {}
-    for kind in KINDS_WITH_SETTINGS:
-        registry = host.registries[kind]
-        for name, entry in registry.entries.items():
-            declared = getattr(entry.value, "settings", None)
-            if name not in registry.conflicts and dataclasses.is_dataclass(declared):
-                found[name] = declared  # type: ignore[assignment]
-    return found

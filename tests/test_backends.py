@@ -127,7 +127,7 @@ class CountingRuntime:
 def test_local_workers_of_one_backend_take_its_devices_in_turn() -> None:
     from types import SimpleNamespace
 
-    from pcp_core.config import RunConfig
+    from pcp_core.config import SHEPHERD, RunConfig, ShepherdSettings
     from pcp_core.shepherd.distributed import local_devices
 
     backends = {
@@ -135,9 +135,11 @@ def test_local_workers_of_one_backend_take_its_devices_in_turn() -> None:
         for name, count in (("gpu2", 2), ("one", 1))
     }
     plugins = SimpleNamespace(backend=backends.__getitem__)
-    config = RunConfig(worker_backends="gpu2,one,gpu2,gpu2,one").validate()
+    config = RunConfig(
+        plugins={SHEPHERD: ShepherdSettings(worker_backends="gpu2,one,gpu2,gpu2,one")}
+    )
     assert local_devices(config, plugins) == [0, 0, 1, 0, 0]
-    config = RunConfig(worker_backends="gpu2,one").validate()
+    config = RunConfig(plugins={SHEPHERD: ShepherdSettings(worker_backends="gpu2,one")})
     assert local_devices(config, plugins) == [None, None]  # one each: nothing to spread
-    config = RunConfig(worker_backends="gpu2,gpu2", device=1).validate()
+    config = RunConfig(device=1, plugins={SHEPHERD: ShepherdSettings(worker_backends="gpu2,gpu2")})
     assert local_devices(config, plugins) == [1, 1]

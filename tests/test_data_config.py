@@ -8,9 +8,12 @@ import pytest
 import tomli_w
 
 from pcp_core import config as run_config
-from pcp_core import config_file
+from pcp_core import config_file, plugins
+from pcp_core.config_file import declared_settings
 from pcp_core.data.errors import DataError
 from pcp_core.data.text import CharCorpus, load_text_file
+
+DECLARED = declared_settings(plugins.host())  # the installed plugins' settings ([adamw], ...)
 
 
 def test_tokenizer_round_trip_and_split() -> None:
@@ -82,15 +85,15 @@ def test_config_precedence_and_errors(tmp_path: Path) -> None:
     [
         ({"lr": float("nan")}, "lr must be a finite number, got nan"),
         ({"lr": float("inf")}, "lr must be a finite number, got inf"),
-        ({"worker_timeout": float("nan")}, "worker_timeout must be a finite number, got nan"),
-        ({"beta1": 1.0}, "beta1 must be in [0, 1), got 1.0"),
-        ({"beta2": -0.1}, "beta2 must be in [0, 1), got -0.1"),
-        ({"eps": 0.0}, "eps must be positive, got 0.0"),
-        ({"weight_decay": -0.1}, "weight_decay must not be negative, got -0.1"),
+        ({"worker_timeout": float("nan")}, "shepherd.worker_timeout must be a finite number, got nan"),
+        ({"beta1": 1.0}, "adamw.beta1 must be in [0, 1), got 1.0"),
+        ({"beta2": -0.1}, "adamw.beta2 must be in [0, 1), got -0.1"),
+        ({"eps": 0.0}, "adamw.eps must be positive, got 0.0"),
+        ({"weight_decay": -0.1}, "adamw.weight_decay must not be negative, got -0.1"),
         ({"grad_clip": -1.0}, "grad_clip must not be negative, got -1.0"),
-        ({"join_timeout": -1.0}, "join_timeout must not be negative, got -1.0"),
-        ({"worker_timeout": -5.0}, "worker_timeout must be positive, got -5.0"),
-        ({"round_timeout": -5.0}, "round_timeout must be positive, got -5.0"),
+        ({"join_timeout": -1.0}, "shepherd.join_timeout must not be negative, got -1.0"),
+        ({"worker_timeout": -5.0}, "shepherd.worker_timeout must be positive, got -5.0"),
+        ({"round_timeout": -5.0}, "shepherd.round_timeout must be positive, got -5.0"),
         ({"lr": 1e-3, "min_lr": 1e-2}, "min_lr must not be above lr, got min_lr 0.01 and lr 0.001"),
     ],
 )
@@ -98,18 +101,19 @@ def test_out_of_range_settings_are_refused_by_name(
     setting: dict[str, float], message: str, tmp_path: Path
 ) -> None:
     with pytest.raises(run_config.ConfigError) as refused:
-        config_file.resolve(None, setting)
+        config_file.resolve(None, setting, declared=DECLARED)
     assert str(refused.value).startswith(message) and "\n" not in str(refused.value)
     toml = tmp_path / "run.toml"  # the same from a file: TOML spells nan and inf too
     toml.write_text(tomli_w.dumps(setting))
     with pytest.raises(run_config.ConfigError, match=re.escape(message)):
-        config_file.resolve(toml, {})
+        config_file.resolve(toml, {}, declared=DECLARED)
 
 
 def test_edges_of_the_ranges_are_accepted() -> None:
     edges = {"beta1": 0.0, "beta2": 0.999, "weight_decay": 0.0}
     edges |= {"grad_clip": 0.0, "join_timeout": 0.0, "lr": 1e-3, "min_lr": 1e-3}
-    assert config_file.resolve(None, edges).min_lr == 1e-3
+    resolved = config_file.resolve(None, edges, declared=DECLARED)
+    assert resolved.min_lr == 1e-3 and resolved.settings("adamw").beta2 == 0.999
 
 
 def test_the_decay_ends_at_a_tenth_of_lr_unless_told() -> None:
@@ -143,9 +147,12 @@ def test_hostile_paths_round_trip_through_toml(tmp_path: Path) -> None:
         "tls_cert": folder / "c'ert.pem",
         "tls_key": folder / "key\\n.pem",
     }
-    resolved = config_file.resolve(None, {**paths, "target": 'x86"\\64\n'})
+    flags = {**paths, "target": 'x86"\\64\n'}
+    resolved = config_file.resolve(None, flags, declared=DECLARED)
     saved = tmp_path / "config.toml"
     saved.write_text(config_file.to_toml(resolved), encoding="utf-8")
-    again = config_file.resolve(saved, {})
+    again = config_file.resolve(saved, {}, declared=DECLARED)
     assert again == resolved
-    assert {name: getattr(again, name) for name in paths} == paths
+    read = {name: getattr(again, name) for name in ("data", "out")}
+    read |= {name: getattr(again.shepherd, name) for name in ("token_file", "tls_cert", "tls_key")}
+    assert read == paths

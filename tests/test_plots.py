@@ -108,6 +108,12 @@ def test_diloco_run_has_a_line_per_worker_and_round_panels() -> None:
         (LOCAL, 'algorithm = "local"\nbackend = "cpu"\n', (1200, 500), "run: local on cpu"),
         (
             DILOCO,
+            'algorithm = "diloco"\nbackend = "cpu"\n[shepherd]\nworkers = 3\n',
+            (1200, 800),
+            "run: diloco, 3 workers on cpu",
+        ),
+        (  # a run written before plugin API 5
+            DILOCO,
             'algorithm = "diloco"\nbackend = "cpu"\nworkers = 2\n',
             (1200, 800),
             "run: diloco, 2 workers on cpu",

@@ -53,7 +53,11 @@ def test_iree_cpu_matches_jax_in_bf16() -> None:
 
     corpus = data.load_text_file(None)
     config = nanogpt.MODEL.config({**TINY, "vocab_size": corpus.vocab_size})
-    tx = pcp_adamw.build(InnerSettings(lr=3e-3, warmup_steps=2, total_steps=12, eps=1e-6))
+    tx = pcp_adamw.build(
+        InnerSettings(
+            lr=3e-3, warmup_steps=2, total_steps=12, own=pcp_adamw.AdamWSettings(eps=1e-6)
+        )
+    )
     program = build_train_program(nanogpt.MODEL, config, tx, 4, 8, precision="bf16")
     assert "bf16" in program.stablehlo
     executor, jax_params, _, _ = train_side_by_side(corpus, config, program, rtol=2e-3)

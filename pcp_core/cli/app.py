@@ -10,7 +10,7 @@ from pcp_core.cli import info, training, worker
 from pcp_core.cli.common import LOG_FORMATS, configure_logging, fail
 from pcp_core.cli.data import data_app
 from pcp_core.cli.plot import plot
-from pcp_core.settings import declared_settings
+from pcp_core.config_file import declared_settings
 
 app = typer.Typer(
     name="pcp",

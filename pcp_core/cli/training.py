@@ -102,7 +102,7 @@ OUTPUT_OPTION = option(
 
 def register(app: typer.Typer, declared: dict[str, type]) -> None:
     """Add train, shepherd and compile to `app`, with a flag for every setting of the
-    installed plugins that `declared` lists (`pcp_core.settings.declared_settings`)."""
+    installed plugins that `declared` lists (`pcp_core.config_file.declared_settings`)."""
     run_options = [RESUME_OPTION, OVERWRITE_OPTION, DASHBOARD_OPTION]
     app.command("train")(with_run_config(train, extra=run_options, declared=declared))
     app.command("shepherd")(

@@ -122,16 +122,14 @@ class TrainingSetup:
 
 
 def inner_settings(config: RunConfig) -> InnerSettings:
+    """The run's schedule and clip, and the inner optimizer's own settings (`[adamw]`)."""
     return InnerSettings(
         lr=config.lr,
         min_lr=config.final_lr(),
         warmup_steps=config.warmup_steps,
         total_steps=config.steps,
-        weight_decay=config.weight_decay,
-        beta1=config.beta1,
-        beta2=config.beta2,
-        eps=config.eps,
         grad_clip=config.grad_clip,
+        own=config.plugins.get(config.optimizer),
     )
 
 

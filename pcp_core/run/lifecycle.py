@@ -18,6 +18,7 @@ import structlog
 from pcp_core import config as run_config
 from pcp_core import config_file, plugins
 from pcp_core.algorithms import RunContext
+from pcp_core.config_file import declared_settings
 from pcp_core.program.checkpoint import CheckpointWriteError
 from pcp_core.run.directory import (
     earlier_run,
@@ -26,7 +27,6 @@ from pcp_core.run.directory import (
     start_run_dir,
     write_json,
 )
-from pcp_core.settings import declared_settings
 from pcp_core.shepherd.distributed import open_endpoint
 from pcp_core.watch.dashboard import Dashboard
 from pcp_core.watch.metrics import open_metrics
@@ -69,10 +69,12 @@ def train(
             f"{run_dir} already holds a run ({', '.join(found)}): pass --resume {run_dir} "
             "to continue it or --overwrite to replace it, or choose another --out"
         )
-    for name in {config.backend, *config.local_worker_backends()}:
+    distributed = algorithm.worker_round is not None
+    trainers = config.local_worker_backends() if distributed else [config.backend]
+    for name in {config.backend, *trainers}:
         host.backend(name).check_precision(config.precision)  # fail before any work
     if local_workers:  # no worker starts, to crash and be restarted, without a device
-        for name in sorted(set(config.local_worker_backends())):
+        for name in sorted(set(trainers)):
             backend = host.backend(name)
             backend.runtime.require_device(backend, config.device)
     if dashboard is None:
@@ -80,7 +82,7 @@ def train(
     status = RunStatus(log_progress=not dashboard)
     status.describe(algorithm=config.algorithm, backend=config.backend, run_dir=str(run_dir))
     with contextlib.ExitStack() as stack:
-        if algorithm.worker_round is not None:  # the secret, TLS files and port, bound now
+        if distributed:  # the secret, TLS files and port, bound now
             endpoint = open_endpoint(config, host, local_workers)
             stack.callback(endpoint.close)
         else:

@@ -258,7 +258,10 @@ class Admission:
         """The index a returning worker had, if free and one of this run's (a worker's
         saved state may be from an older run with more workers); else the lowest free."""
         with self._index_lock:
-            if 0 <= previous < self.setup.config.workers and previous not in self._reserved:
+            if (
+                0 <= previous < self.setup.config.shepherd.workers
+                and previous not in self._reserved
+            ):
                 index = previous
             else:
                 index = next(i for i in range(len(self._reserved) + 1) if i not in self._reserved)
@@ -311,7 +314,7 @@ class Admission:
             tensors.append(self._tokens())
             data["vocabulary"] = tuple(self.setup.corpus.vocabulary)
         else:
-            names = assign_shards(list(shards), link.index, self.setup.config.workers)
+            names = assign_shards(list(shards), link.index, self.setup.config.shepherd.workers)
             assigned = {name: shards[name] for name in names}
             data["manifest"] = worker_manifest(self.setup.corpus, names)
             log.info("data shards assigned", worker=link.label, shards=names)

@@ -34,10 +34,11 @@ DEFAULT_PORT = 7433
 def listener_options(config: RunConfig) -> TransportOptions:
     """Server-side TLS only: workers prove who they are with the shared secret. Every read
     waits at most --worker-timeout: heartbeats come four times as often."""
-    if (config.tls_cert is None) != (config.tls_key is None):
+    net = config.shepherd
+    if (net.tls_cert is None) != (net.tls_key is None):
         raise ConfigError("TLS needs both --tls-cert and --tls-key")
     return TransportOptions(
-        timeout_s=config.worker_timeout, tls_cert=config.tls_cert, tls_key=config.tls_key
+        timeout_s=net.worker_timeout, tls_cert=net.tls_cert, tls_key=net.tls_key
     )
 
 
@@ -59,30 +60,31 @@ def open_endpoint(config: RunConfig, plugins: Any, local_workers: bool) -> Endpo
     A shepherd never listens beyond loopback without a configured secret. Errors are
     ConfigErrors of one line naming the flag or file at fault.
     """
+    net = config.shepherd
     for flag, path in (
-        ("--tls-cert", config.tls_cert),
-        ("--tls-key", config.tls_key),
-        ("--tls-ca", config.tls_ca),
+        ("--tls-cert", net.tls_cert),
+        ("--tls-key", net.tls_key),
+        ("--tls-ca", net.tls_ca),
     ):
         if path is not None and not Path(path).is_file():
             raise ConfigError(f"{flag} {path}: no such file")
     options = listener_options(config)
     try:
-        secret = auth.load_secret(config.token_file)
+        secret = auth.load_secret(net.token_file)
     except auth.AuthError as error:
         raise ConfigError(str(error)) from None
-    if secret is None and not auth.is_loopback(config.host):
+    if secret is None and not auth.is_loopback(net.host):
         raise ConfigError(
-            f"refusing to listen on {config.host} without a shared secret: "
+            f"refusing to listen on {net.host} without a shared secret: "
             "pass --token-file FILE or set PCP_TOKEN"
         )
-    port = config.port if config.port is not None else (0 if local_workers else DEFAULT_PORT)
-    transport = plugins.transport(config.transport)
+    port = net.port if net.port is not None else (0 if local_workers else DEFAULT_PORT)
+    transport = plugins.transport(net.transport)
     try:
-        listener = transport.listen(config.host, port, options)
+        listener = transport.listen(net.host, port, options)
     except ssl.SSLError as error:
         raise ConfigError(
-            f"--tls-cert {config.tls_cert} and --tls-key {config.tls_key} do not make a "
+            f"--tls-cert {net.tls_cert} and --tls-key {net.tls_key} do not make a "
             f"usable TLS key pair: {error.reason or error}"
         ) from None
     except OSError as error:
@@ -90,7 +92,7 @@ def open_endpoint(config: RunConfig, plugins: Any, local_workers: bool) -> Endpo
         hint = " (is another shepherd running there? pick another --port)" if busy else ""
         # without the "(while attempting to bind on address ...)" socket.create_server adds
         why = (error.strerror or str(error)).split(" (while attempting")[0]
-        raise ConfigError(f"cannot listen on {config.host}:{port}: {why or error}{hint}") from None
+        raise ConfigError(f"cannot listen on {net.host}:{port}: {why or error}{hint}") from None
     return Endpoint(secret, listener)
 
 
@@ -140,14 +142,14 @@ def worker_command(
     backend."""
     connect = f"{address[0]}:{address[1]}"
     command = [sys.executable, "-m", "pcp_core", "worker", "--connect", connect]
-    command += ["--backend", backend, "--transport", config.transport, "--restarts", "0"]
-    command += ["--timeout", str(config.worker_timeout), "--state-dir", str(state_dir)]
+    command += ["--backend", backend, "--transport", config.shepherd.transport, "--restarts", "0"]
+    command += ["--timeout", str(config.shepherd.worker_timeout), "--state-dir", str(state_dir)]
     if device is not None:
         command += ["--device", str(device)]
     if config.target and backend == config.backend:
         command += ["--target", config.target]
-    if config.tls_ca:
-        command += ["--tls-ca", str(config.tls_ca)]
+    if config.shepherd.tls_ca:
+        command += ["--tls-ca", str(config.shepherd.tls_ca)]
     if config.data is not None and Path(config.data).is_dir():  # a prepared dataset: read it
         command += ["--data", str(config.data)]
     return command
@@ -175,23 +177,23 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: RunSettings) -> It
         secret=secret,
         plugins=ctx.plugins,
         settings=settings,
-        heartbeat_s=heartbeat_interval(config.worker_timeout),
-        serves=config.served(),
+        heartbeat_s=heartbeat_interval(config.shepherd.worker_timeout),
+        serves=config.shepherd.served(),
         status=ctx.status,
     )
     limits = Limits(
-        min_workers=config.min_workers,
-        worker_timeout_s=config.worker_timeout,
-        round_timeout_s=config.round_timeout,
-        join_timeout_s=config.join_timeout,
+        min_workers=config.shepherd.min_workers,
+        worker_timeout_s=config.shepherd.worker_timeout,
+        round_timeout_s=config.shepherd.round_timeout,
+        join_timeout_s=config.shepherd.join_timeout,
     )
     node = Shepherd(admission, limits)
     node.start()
     log.info(
         "shepherd listening",
         address=f"{listener.address[0]}:{listener.address[1]}",
-        transport=config.transport,
-        waiting_for=config.workers,
+        transport=config.shepherd.transport,
+        waiting_for=config.shepherd.workers,
     )
     workers: contextlib.AbstractContextManager = contextlib.nullcontext()
     if ctx.local_workers:

@@ -47,7 +47,7 @@ class InnerOptimizerConformance:
         params = {"w": jnp.ones((3, 4), jnp.float32), "b": jnp.zeros(4, jnp.float32)}
         grads = {"w": jnp.full((3, 4), 0.5, jnp.float32), "b": jnp.ones(4, jnp.float32)}
         with on_cpu():
-            tx = optimizer.build(reference_settings())
+            tx = optimizer.build(reference_settings(optimizer))
             updates, _ = tx.update(grads, tx.init(params), params)
         for name, value in params.items():
             assert updates[name].shape == value.shape and updates[name].dtype == value.dtype

@@ -5,6 +5,7 @@ in seconds, and the comparison of an IREE executor against JAX on the CPU: the s
 program, the same batches, losses and parameters within a tolerance.
 """
 
+import dataclasses
 from collections.abc import Mapping
 from functools import cache
 from typing import Any
@@ -22,12 +23,18 @@ def on_cpu() -> Any:
     return jax.default_device(jax.devices("cpu")[0])
 
 
-def reference_settings() -> Any:
+def reference_settings(optimizer: Any) -> Any:
+    """The reference run's schedule, and `optimizer`'s own settings at their defaults
+    but for an `eps` of 1e-6, where it has one: the attention key bias has an exactly-zero
+    gradient, and a tiny eps (AdamW's 1e-8) would let an Adam-like optimizer turn each
+    backend's rounding noise there into real updates."""
     from pcp_core.optimizers import InnerSettings
 
-    # eps 1e-6, not 1e-8: the attention key bias has an exactly-zero gradient, and a tiny
-    # eps would let Adam turn each backend's rounding noise there into real updates.
-    return InnerSettings(lr=3e-3, warmup_steps=1, total_steps=STEPS_PER_CALL * CALLS, eps=1e-6)
+    own = optimizer.settings() if optimizer.settings is not None else None
+    if own is not None and "eps" in {f.name for f in dataclasses.fields(own)}:
+        own = dataclasses.replace(own, eps=1e-6)
+    steps = STEPS_PER_CALL * CALLS
+    return InnerSettings(lr=3e-3, warmup_steps=1, total_steps=steps, own=own)
 
 
 @cache
@@ -45,7 +52,8 @@ def reference(
     corpus = data.load_text_file(None)
     the_model = host.model(model)
     config = the_model.config({**dict(overrides), "vocab_size": corpus.vocab_size})
-    tx = host.optimizer(optimizer).build(reference_settings())
+    inner = host.optimizer(optimizer)
+    tx = inner.build(reference_settings(inner))
     with on_cpu():
         program = build_train_program(the_model, config, tx, STEPS_PER_CALL, BATCH)
     return corpus, config, program

@@ -100,10 +100,11 @@ def run_title(run_dir: Path) -> str:
     except (OSError, tomllib.TOMLDecodeError):
         return name
     algorithm = config.get("algorithm", "?")
-    backends = config.get("worker_backends") or config.get("backend", "?")
+    shepherd = config.get("shepherd") or config  # at the top level before plugin API 5
+    backends = shepherd.get("worker_backends") or config.get("backend", "?")
     if algorithm == "local":
         return f"{name}: {algorithm} on {backends}"
-    return f"{name}: {algorithm}, {config.get('workers', '?')} workers on {backends}"
+    return f"{name}: {algorithm}, {shepherd.get('workers', '?')} workers on {backends}"
 
 
 def loss_figure(records: list[dict[str, Any]], title: str) -> "Figure":

@@ -6,6 +6,7 @@ For a gradient g, momentum m, parameters θ and learning rate η:
 with PCP's usual schedule (linear warmup, then cosine decay) and global-norm clipping.
 """
 
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from pcp_core import hookimpl
@@ -15,9 +16,26 @@ from pcp_core.optimizers import (
     InnerSettings,
     clipped,
     learning_rate,
+    own_settings,
 )
+from pcp_core.settings import setting
 
 PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
+
+
+@dataclass(frozen=True)
+class LionSettings:
+    """Lion's own settings: the `[lion]` section of a run's TOML, and their flags."""
+
+    beta1: float = setting(
+        0.9,
+        "Interpolation of momentum and gradient for the sign (beta1).",
+        low=0,
+        high=1,
+        high_open=True,
+    )
+    beta2: float = setting(0.99, "Momentum decay (beta2).", low=0, high=1, high_open=True)
+    weight_decay: float = setting(0.1, "Decoupled weight decay (matrices only).", low=0)
 
 
 class LionState(NamedTuple):
@@ -31,7 +49,8 @@ def build(settings: InnerSettings) -> GradientTransformation:
     import optax
 
     schedule = learning_rate(settings)
-    b1, b2, decay = settings.beta1, settings.beta2, settings.weight_decay
+    own = own_settings(settings, LionSettings)
+    b1, b2, decay = own.beta1, own.beta2, own.weight_decay
 
     def init(params: Any) -> LionState:
         return LionState(jnp.zeros([], jnp.int32), jax.tree_util.tree_map(jnp.zeros_like, params))
@@ -50,7 +69,9 @@ def build(settings: InnerSettings) -> GradientTransformation:
     return clipped(settings, optax.GradientTransformation(init, update))
 
 
-LION = InnerOptimizer(name="lion", build=build, description="Lion (sign momentum), an example")
+LION = InnerOptimizer(
+    name="lion", build=build, description="Lion (sign momentum), an example", settings=LionSettings
+)
 
 
 @hookimpl

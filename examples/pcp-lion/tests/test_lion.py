@@ -3,6 +3,7 @@
 import json
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 
 import numpy as np
@@ -22,13 +23,13 @@ def test_matches_optax_lion(grad_clip: float) -> None:
     import jax
     import optax
 
+    own = pcp_lion.LionSettings(beta1=0.8, beta2=0.95, weight_decay=0.3)
     settings = InnerSettings(
-        lr=1e-2, min_lr=1e-3, warmup_steps=3, total_steps=12, weight_decay=0.1,
-        beta1=0.9, beta2=0.99, grad_clip=grad_clip,
-    )  # fmt: skip
+        lr=1e-2, min_lr=1e-3, warmup_steps=3, total_steps=12, grad_clip=grad_clip, own=own
+    )
     schedule = optax.warmup_cosine_decay_schedule(0.0, 1e-2, 3, 12, 1e-3)
     reference = optax.lion(
-        schedule, b1=0.9, b2=0.99, weight_decay=0.1,
+        schedule, b1=0.8, b2=0.95, weight_decay=0.3,
         mask=lambda params: jax.tree_util.tree_map(lambda p: p.ndim >= 2, params),
     )  # fmt: skip
     if grad_clip:
@@ -55,7 +56,19 @@ def test_trains_through_pcp(tmp_path: Path) -> None:
     tiny = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "32"]
     command = [sys.executable, "-m", "pcp_core", "train", "--optimizer", "lion", "--lr", "3e-3"]
     command += [*tiny, "--steps", "60", "--eval-every", "60", "--out", str(out)]
+    command += ["--weight-decay", "0.2"]  # a flag of its own settings
     result = subprocess.run(command, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stderr
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     assert records[-1]["loss"] < 0.8 * records[0]["loss"]
+    written = tomllib.loads((out / "config.toml").read_text())
+    assert written["lion"] == {"beta1": 0.9, "beta2": 0.99, "weight_decay": 0.2}
+
+
+def test_a_bad_value_in_its_section_is_one_line_naming_it(tmp_path: Path) -> None:
+    config = tmp_path / "run.toml"
+    config.write_text('optimizer = "lion"\n[lion]\nbeta2 = 1.5\n')
+    command = [sys.executable, "-m", "pcp_core", "train", "--config", str(config)]
+    result = subprocess.run(command, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert result.stderr.strip() == "error: lion.beta2 must be in [0, 1), got 1.5"

@@ -13,6 +13,7 @@ than their launch. Here each moment multiplies g by its own scalar, (1−β₁)�
 (1−β₂)·s², so nothing is shared but g itself.
 """
 
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from pcp_core import hookimpl
@@ -22,9 +23,21 @@ from pcp_core.optimizers import (
     InnerSettings,
     clip_scale,
     learning_rate,
+    own_settings,
 )
+from pcp_core.settings import setting
 
 PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
+
+
+@dataclass(frozen=True)
+class AdamWSettings:
+    """AdamW's own settings: the `[adamw]` section of a run's TOML, and their flags."""
+
+    beta1: float = setting(0.9, "First-moment decay (beta1).", low=0, high=1, high_open=True)
+    beta2: float = setting(0.99, "Second-moment decay (beta2).", low=0, high=1, high_open=True)
+    eps: float = setting(1e-8, "Added to the second moment's root.", low=0, low_open=True)
+    weight_decay: float = setting(0.1, "Decoupled weight decay (matrices only).", low=0)
 
 
 class AdamWState(NamedTuple):
@@ -39,7 +52,8 @@ def build(settings: InnerSettings) -> GradientTransformation:
     import optax
 
     schedule = learning_rate(settings)
-    b1, b2, eps, decay = settings.beta1, settings.beta2, settings.eps, settings.weight_decay
+    own = own_settings(settings, AdamWSettings)
+    b1, b2, eps, decay = own.beta1, own.beta2, own.eps, own.weight_decay
 
     def init(params: Any) -> AdamWState:
         zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
@@ -71,6 +85,7 @@ ADAMW = InnerOptimizer(
     build=build,
     description="AdamW with warmup + cosine decay",
     momentum_field="mu",
+    settings=AdamWSettings,
 )
 
 

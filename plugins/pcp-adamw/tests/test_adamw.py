@@ -32,12 +32,10 @@ def test_matches_torch_adamw(grad_clip: float) -> None:
         min_lr=1e-3,
         warmup_steps=3,
         total_steps=12,
-        weight_decay=0.1,
-        beta1=0.9,
-        beta2=0.95,
-        eps=1e-8,
         grad_clip=grad_clip,
+        own=pcp_adamw.AdamWSettings(beta1=0.9, beta2=0.95, eps=1e-8, weight_decay=0.1),
     )
+    own = settings.own
     rng = np.random.default_rng(0)
     params = {
         "matrix": rng.standard_normal((4, 3)).astype(np.float32),
@@ -58,12 +56,12 @@ def test_matches_torch_adamw(grad_clip: float) -> None:
     }
     torch_opt = torch.optim.AdamW(
         [
-            {"params": [theirs["matrix"]], "weight_decay": settings.weight_decay},
+            {"params": [theirs["matrix"]], "weight_decay": own.weight_decay},
             {"params": [theirs["bias"]], "weight_decay": 0.0},
         ],  # decay on matrices only
         lr=settings.lr,
-        betas=(settings.beta1, settings.beta2),
-        eps=settings.eps,
+        betas=(own.beta1, own.beta2),
+        eps=own.eps,
     )
     for step, grad in enumerate(grads):
         updates, state = update({k: jnp.asarray(v) for k, v in grad.items()}, state, ours)

@@ -53,7 +53,7 @@ def inner_lr_scale(config: RunConfig) -> float:
     """What the workers' inner learning rates are --lr and --min-lr multiplied by: M^p
     for M workers and p of `--inner-lr-scaling`."""
     diloco: DilocoSettings = config.settings("diloco")
-    return config.workers ** (lr_exponent(diloco.inner_lr_scaling) or 0.0)
+    return config.shepherd.workers ** (lr_exponent(diloco.inner_lr_scaling) or 0.0)
 
 
 def inner_warmup_steps(config: RunConfig) -> int:
@@ -81,13 +81,15 @@ def run(ctx: RunContext) -> dict[str, Any]:
     outer = ctx.plugins.optimizer(diloco.outer_optimizer)
     if getattr(outer, "role", None) != "outer":
         raise ConfigError(f"optimizer {diloco.outer_optimizer!r} is not an outer optimizer")
-    ctx.plugins.transport(config.transport)  # fail on an unknown transport before compiling
+    ctx.plugins.transport(
+        config.shepherd.transport
+    )  # fail on an unknown transport before compiling
     trainers = config.local_worker_backends() if ctx.local_workers else []
     setup = prepare(config, ctx.plugins, trainers=trainers, shepherd=True)
     # said once the settings are known good: a bad one is a one-line error
     if (config.lr, config.warmup_steps) != (ctx.config.lr, ctx.config.warmup_steps):
         log.info("inner learning rate", lr=config.lr, min_lr=config.min_lr, of_lr=ctx.config.lr,
-                 workers=config.workers, warmup_steps=config.warmup_steps)  # fmt: skip
+                 workers=config.shepherd.workers, warmup_steps=config.warmup_steps)  # fmt: skip
     params = setup.initial_params()
     outer_step = outer.create(OuterSettings(diloco.outer_lr, diloco.outer_momentum), params)
     state = RunState(run_id=uuid.uuid4().hex)
@@ -110,17 +112,17 @@ def run(ctx: RunContext) -> dict[str, Any]:
         run_id=state.run_id,
         # a resumed run asks again for up to checkpoint_every rounds: each needs the
         # inner state it started from (pcp_core.worker.state)
-        inner_states_kept=config.checkpoint_every + 1,
+        inner_states_kept=config.shepherd.checkpoint_every + 1,
         plugins={"diloco": dataclasses.asdict(DilocoWorkerSettings(tuple(reset)))},
     )
     status = ctx.status
     status.describe(rounds=rounds, model=config.model, parameters=setup.program.parameter_count)
     with distributed.shepherd(ctx, setup, settings) as shepherd:
-        status.set_state("waiting for workers", workers=config.workers)
-        shepherd.wait_for_workers(config.workers, config.join_timeout)
-        ctx.progress.start(config.steps, f"diloco on {config.workers} workers")
+        status.set_state("waiting for workers", workers=config.shepherd.workers)
+        shepherd.wait_for_workers(config.shepherd.workers, config.shepherd.join_timeout)
+        ctx.progress.start(config.steps, f"diloco on {config.shepherd.workers} workers")
         for index in range(state.next_round, rounds):
-            shards = max(config.workers, *(i + 1 for i in shepherd.links))
+            shards = max(config.shepherd.workers, *(i + 1 for i in shepherd.links))
 
             def assignment(worker: int, index: int = index, shards: int = shards) -> Assignment:
                 return Assignment(
@@ -169,7 +171,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 state.val_loss = setup.validation_loss(params)
                 record["val_loss"] = state.val_loss
                 status.set_state("training", round=index)
-            if evaluate or state.next_round % config.checkpoint_every == 0:
+            if evaluate or state.next_round % config.shepherd.checkpoint_every == 0:
                 setup.save_checkpoint(
                     ctx.run_dir, params, step, outer_step.state(), state.metadata()
                 )

@@ -11,9 +11,9 @@ import pytest
 from pcp_diloco.shepherd_side import momentum_to_reset, plan
 
 from pcp_core import config, config_file, plugins
+from pcp_core.config_file import declared_settings
 from pcp_core.optimizers import InnerSettings
 from pcp_core.program import training
-from pcp_core.settings import declared_settings
 
 FLAGS = {"algorithm": "diloco", "steps": 1000, "inner_steps": 50}
 DECLARED = declared_settings(plugins.host())

@@ -15,8 +15,8 @@ from pcp_diloco.shepherd_side import plan
 from safetensors.numpy import load_file
 
 from pcp_core import config_file, plugins
+from pcp_core.config_file import declared_settings
 from pcp_core.program import training
-from pcp_core.settings import declared_settings
 
 MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 64, "block_size": 32, "batch_size": 8}
 # without warmup the first steps already move the weights, so a wrong reference shows
@@ -41,7 +41,7 @@ def local_steps(
 ) -> tuple[list[np.ndarray], list[np.ndarray], list[float]]:
     """What worker `worker` does in round `round_`, run by XLA from (params, opt)."""
     program, run = setup.program, setup.config
-    shards = run.workers
+    shards = run.shepherd.workers
     losses: list[float] = []
     for call in range(run.settings("diloco").inner_steps // program.steps_per_call):
         x, y = setup.corpus.batches(

@@ -15,11 +15,10 @@ def test_a_diloco_run_from_python(tmp_path: Path) -> None:
     out = tmp_path / "run"
     config = RunConfig(
         algorithm="diloco",
-        workers=2,
         steps=40,
         eval_every=0,
         out=out,
-        plugins={"diloco": {"inner_steps": 10}},
+        plugins={"diloco": {"inner_steps": 10}, "shepherd": {"workers": 2}},
         **{"n_layer": 1, "n_head": 2, "n_embd": 64, "block_size": 32, "batch_size": 8},
     )
     summary = run.train(config, dashboard=False)

@@ -64,7 +64,7 @@ def test_bf16_outputs_stay_near_the_policy(monkeypatch: pytest.MonkeyPatch) -> N
 
     monkeypatch.setattr(precision, "BF16_OUTPUT_PLATFORMS", (PLATFORM,))
     corpus, config, _ = reference()
-    tx = pcp_adamw.build(reference_settings())
+    tx = pcp_adamw.build(reference_settings(pcp_adamw.ADAMW))
     program = build_train_program(
         nanogpt.MODEL, config, tx, STEPS_PER_CALL, BATCH, precision="bf16"
     )
@@ -86,7 +86,7 @@ def test_the_bf16_forms_stay_near_the_policy(monkeypatch: pytest.MonkeyPatch, hi
         monkeypatch.setattr(nanogpt, "FUSED_ATTENTION_PLATFORMS", (PLATFORM,))
     monkeypatch.setattr(precision, "BF16_HIDDEN_PLATFORMS", (PLATFORM,) if hidden else ())
     corpus, config, _ = reference()
-    tx = pcp_adamw.build(reference_settings())
+    tx = pcp_adamw.build(reference_settings(pcp_adamw.ADAMW))
     program = build_train_program(
         nanogpt.MODEL, config, tx, STEPS_PER_CALL, BATCH, precision="bf16"
     )
@@ -130,7 +130,7 @@ def test_without_cudnn_the_cuda_export_keeps_the_portable_attention() -> None:
     from pcp_core.testing.reference import reference_settings
 
     _, config, _ = reference()
-    tx = pcp_adamw.build(reference_settings())
+    tx = pcp_adamw.build(reference_settings(pcp_adamw.ADAMW))
     program = build_train_program(nanogpt.MODEL, config, tx, 1, BATCH, precision="bf16")
     exported = jax.export.deserialize(bytearray(XLA.build(program, BACKEND, "cuda").data))
     assert "fmha" not in exported.mlir_module()
