@@ -85,7 +85,7 @@ def test_config_precedence_and_errors(tmp_path: Path) -> None:
     [
         ({"lr": float("nan")}, "lr must be a finite number, got nan"),
         ({"lr": float("inf")}, "lr must be a finite number, got inf"),
-        ({"worker_timeout": float("nan")}, "shepherd.worker_timeout must be a finite number, got nan"),
+        ({"worker_timeout": float("nan")}, "shepherd.worker_timeout must be a finite number"),
         ({"beta1": 1.0}, "adamw.beta1 must be in [0, 1), got 1.0"),
         ({"beta2": -0.1}, "adamw.beta2 must be in [0, 1), got -0.1"),
         ({"eps": 0.0}, "adamw.eps must be positive, got 0.0"),
@@ -156,3 +156,13 @@ def test_hostile_paths_round_trip_through_toml(tmp_path: Path) -> None:
     read = {name: getattr(again, name) for name in ("data", "out")}
     read |= {name: getattr(again.shepherd, name) for name in ("token_file", "tls_cert", "tls_key")}
     assert read == paths
+
+
+def test_a_config_from_before_the_sections_still_loads(tmp_path: Path) -> None:
+    """Distributed and AdamW settings at the top level, as config files had them before
+    `[shepherd]` and `[adamw]`: read as if under their sections (with a warning)."""
+    toml = tmp_path / "old.toml"
+    toml.write_text('algorithm = "diloco"\nworkers = 3\nworker_timeout = 12.0\nbeta2 = 0.95\n')
+    resolved = config_file.resolve(toml, {}, declared=DECLARED)
+    assert (resolved.shepherd.workers, resolved.shepherd.worker_timeout) == (3, 12.0)
+    assert resolved.settings("adamw").beta2 == 0.95
