@@ -35,6 +35,7 @@ from typing import Any
 
 import structlog
 
+from pcp_core.rehearsal.rules import loss_ruleset, redirect_ruleset, tbf_arguments
 from pcp_core.rehearsal.scenario import Link, Scenario
 
 log = structlog.get_logger(__name__)
@@ -42,7 +43,6 @@ log = structlog.get_logger(__name__)
 PREFIX = "pcpw-"
 RELAY_PORT = 7999
 SUBNET = "10.77"  # link i is 10.77.i.0/24: the router is .1, the node .2
-MTU_BYTES = 1514  # an Ethernet frame as tbf counts it (skb length with the MAC header)
 NETNS_DIR = "/run/netns"
 _counter = iter(range(1_000_000))
 
@@ -172,43 +172,6 @@ def cleanup_stale(prefix: str = PREFIX) -> list[str]:
     if stale:
         log.info("stale_namespaces_removed", namespaces=stale)
     return stale
-
-
-def tbf_arguments(link: Link) -> list[str]:
-    """`tc qdisc ... tbf` arguments for a link: its rate, a burst and a queue limit.
-
-    The burst is 2 ms at the link's rate, at least two full frames; the queue holds
-    50 ms at the rate (at least 64 KiB), like a modest router buffer.
-    """
-    rate_bytes = link.rate_mbit * 1e6 / 8
-    burst = max(2 * MTU_BYTES, int(rate_bytes * 0.002))
-    limit = max(65536, int(rate_bytes * 0.050), 3 * burst)
-    return ["rate", f"{int(link.rate_mbit * 1e6)}bit", "burst", str(burst), "limit", str(limit)]
-
-
-def loss_ruleset(interface: str, loss_percent: float) -> str:
-    """An nftables ruleset that drops `loss_percent` of the packets entering `interface`."""
-    threshold = round(loss_percent * 10_000)  # numgen draws in [0, 1_000_000)
-    return (
-        "table netdev pcp_loss {\n"
-        f"  chain ingress_{interface} {{\n"
-        f'    type filter hook ingress device "{interface}" priority 0; policy accept;\n'
-        f"    numgen random mod 1000000 < {threshold} counter drop\n"
-        "  }\n"
-        "}\n"
-    )
-
-
-def redirect_ruleset(port: int) -> str:
-    """An nftables ruleset sending every TCP connection the router would forward to the relay."""
-    return (
-        "table ip pcp_relay {\n"
-        "  chain prerouting {\n"
-        "    type nat hook prerouting priority dstnat; policy accept;\n"
-        f"    meta l4proto tcp fib daddr type != local redirect to :{port}\n"
-        "  }\n"
-        "}\n"
-    )
 
 
 def relay_spec(network: Network, port: int) -> dict[str, Any]:
