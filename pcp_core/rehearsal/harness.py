@@ -1,0 +1,320 @@
+"""A real distributed PCP run over emulated links: `pcp shepherd` and one `pcp worker`
+per scenario worker, each in its own network namespace.
+
+`run_scenario(scenario, run_dir, settings)` builds the scenario's network
+(`links.emulated_network`), writes a token file (a shepherd listening beyond loopback
+needs a shared secret), starts the shepherd on its namespace's address, waits until it
+listens, starts the workers, waits for the shepherd to finish and returns its
+summary.json and metrics.jsonl records. Every process runs with `sys.executable -m
+pcp_core` (the caller's environment) in a session of its own, and is stopped on the way
+out, also on an exception, Ctrl-C or SIGTERM; the namespaces go with the network.
+
+Run directory layout:
+
+```
+run_dir/shepherd/      the shepherd's --out: config.toml, metrics.jsonl, summary.json
+run_dir/logs/<node>.log  each process's stdout and stderr
+run_dir/workers/<name>/  each worker's --state-dir and --shard-cache
+run_dir/harness.json   scenario, command lines, exit codes, wall time
+```
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import structlog
+
+from pcp_core.rehearsal.links import Network, emulated_network
+from pcp_core.rehearsal.scenario import Scenario
+
+log = structlog.get_logger(__name__)
+
+PORT = 7433
+
+
+class RehearsalError(RuntimeError):
+    """The rehearsed run could not start or did not finish; the message says why."""
+
+
+@dataclass(frozen=True)
+class TrainingSettings:
+    """What the rehearsed run trains: passed to `pcp shepherd` as flags.
+
+    `shepherd_flags` are any further shepherd flags (model size, batch size, deadlines).
+    """
+
+    steps: int = 40
+    inner_steps: int = 10
+    seed: int = 0
+    shepherd_flags: tuple[str, ...] = ()
+    join_timeout_s: float = 300.0
+    worker_flags: tuple[str, ...] = ()
+
+
+@dataclass
+class RunResult:
+    """What a rehearsed run left: the shepherd's summary, its metrics, every exit code."""
+
+    run_dir: Path
+    summary: dict[str, Any]
+    records: list[dict[str, Any]]
+    exit_codes: dict[str, int | None]
+    wall_s: float
+
+    @property
+    def rounds(self) -> list[dict[str, Any]]:
+        """The DiLoCo round records of metrics.jsonl (those with `round` and `round_s`)."""
+        return [r for r in self.records if "round" in r and "round_s" in r]
+
+
+@dataclass
+class _Processes:
+    """The processes a run started, by node name, with their open log files."""
+
+    running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    logs: list[IO[bytes]] = field(default_factory=list)
+
+    def exit_codes(self) -> dict[str, int | None]:
+        return {name: process.poll() for name, process in self.running.items()}
+
+
+def write_token(path: Path) -> Path:
+    """Write a fresh shared secret to `path`, readable by its owner only."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with contextlib.suppress(FileNotFoundError):
+        path.unlink()
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(secrets.token_hex(32))
+    return path
+
+
+def shepherd_argv(
+    scenario: Scenario, network: Network, run_dir: Path, settings: TrainingSettings, port: int
+) -> list[str]:
+    """The `pcp shepherd` command line: DiLoCo on the scenario's workers, its own address."""
+    return [
+        *(sys.executable, "-m", "pcp_core", "shepherd", "--algorithm", "diloco"),
+        *("--host", network.address("shepherd"), "--port", str(port)),
+        *("--workers", str(len(scenario.workers)), "--token-file", str(run_dir / "token")),
+        *("--out", str(run_dir / "shepherd"), "--no-dashboard"),
+        *("--steps", str(settings.steps), "--inner-steps", str(settings.inner_steps)),
+        *("--seed", str(settings.seed), "--join-timeout", str(settings.join_timeout_s)),
+        *settings.shepherd_flags,
+    ]
+
+
+def worker_argv(
+    name: str, backend: str, address: str, run_dir: Path, settings: TrainingSettings
+) -> list[str]:
+    """One `pcp worker` command line; its state and shard cache live under the run dir.
+
+    The worker CLI has no `--name`: the shepherd numbers workers in the order they join.
+    """
+    own = run_dir / "workers" / name
+    return [
+        *(sys.executable, "-m", "pcp_core", "worker", "--connect", address),
+        *("--backend", backend, "--token-file", str(run_dir / "token")),
+        *("--state-dir", str(own / "state"), "--shard-cache", str(own / "shards")),
+        *settings.worker_flags,
+    ]
+
+
+def _start(
+    processes: _Processes, network: Network, name: str, argv: Sequence[str], run_dir: Path
+) -> subprocess.Popen[bytes]:
+    """Start `argv` in node `name`'s namespace, in a session of its own, logging to a file."""
+    log_file = (run_dir / "logs" / f"{name}.log").open("wb")
+    processes.logs.append(log_file)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = network.popen(
+        name,
+        list(argv),
+        stdout=log_file,
+        stderr=subprocess.STDOUT,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+    processes.running[name] = process
+    return process
+
+
+def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
+    """Send `signum` to the process's whole session (a supervised worker has children)."""
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signum)
+
+
+def stop_all(processes: _Processes, grace_s: float = 5.0) -> None:
+    """SIGTERM every process group still running, SIGKILL what is left after `grace_s`."""
+    alive = [p for p in processes.running.values() if p.poll() is None]
+    for process in alive:
+        _signal_group(process, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    for process in alive:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(max(0.0, deadline - time.monotonic()))
+    for process in processes.running.values():
+        _signal_group(process, signal.SIGKILL)  # also children left by an exited leader
+        if process.poll() is None:
+            process.wait()
+    for log_file in processes.logs:
+        log_file.close()
+
+
+def wait_listening(
+    network: Network, process: subprocess.Popen[bytes], port: int, timeout_s: float
+) -> None:
+    """Wait until the shepherd listens on `port` in its namespace; fail if it exits first."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RehearsalError(f"the shepherd exited ({process.returncode}) before listening")
+        found = network.run(
+            "shepherd", ["ss", "-Hltn", f"sport = :{port}"], capture_output=True, text=True
+        )
+        if found.stdout.strip():
+            return
+        time.sleep(0.2)
+    raise RehearsalError(f"the shepherd did not listen on port {port} within {timeout_s:.0f} s")
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """The JSON records of a metrics.jsonl file (none if it is missing)."""
+    if not path.exists():
+        return []
+    lines = path.read_text().splitlines()
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+@contextlib.contextmanager
+def started_run(
+    scenario: Scenario,
+    run_dir: Path,
+    settings: TrainingSettings,
+    processes: _Processes,
+    *,
+    port: int = PORT,
+    listen_timeout_s: float = 120.0,
+) -> Iterator[Network]:
+    """Build the network, start the shepherd and the workers into `processes`; stop
+    every process, then remove the network, on exit."""
+    run_dir = Path(run_dir)
+    (run_dir / "logs").mkdir(parents=True, exist_ok=True)
+    write_token(run_dir / "token")
+    with emulated_network(scenario) as network:
+        try:
+            argv = shepherd_argv(scenario, network, run_dir, settings, port)
+            shepherd = _start(processes, network, "shepherd", argv, run_dir)
+            wait_listening(network, shepherd, port, listen_timeout_s)
+            address = f"{network.address('shepherd')}:{port}"
+            for worker in scenario.workers:
+                argv = worker_argv(worker.name, worker.backend, address, run_dir, settings)
+                _start(processes, network, worker.name, argv, run_dir)
+            log.info("rehearsal_started", scenario=scenario.name, workers=len(scenario.workers))
+            yield network
+        finally:
+            stop_all(processes)
+
+
+def run_scenario(
+    scenario: Scenario,
+    run_dir: Path,
+    settings: TrainingSettings,
+    *,
+    port: int = PORT,
+    timeout_s: float = 3600.0,
+    during: Callable[[Network, float], None] | None = None,
+) -> RunResult:
+    """Run DiLoCo over the scenario's emulated links until the shepherd finishes.
+
+    `during(network, elapsed_s)` is called about once a second while the run goes on
+    (to cut a link, say). Raises RehearsalError when the shepherd fails or runs past
+    `timeout_s`; logs, exit codes and harness.json are in `run_dir` either way.
+    """
+    run_dir = Path(run_dir)
+    started = time.monotonic()
+    processes = _Processes()
+    try:
+        with started_run(scenario, run_dir, settings, processes, port=port) as network:
+            shepherd = processes.running["shepherd"]
+            while shepherd.poll() is None:
+                elapsed = time.monotonic() - started
+                if elapsed > timeout_s:
+                    raise RehearsalError(f"the run took over {timeout_s:.0f} s; stopped")
+                if during is not None:
+                    during(network, elapsed)
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    shepherd.wait(1.0)
+            wall_s = time.monotonic() - started
+            _wait_workers(processes, 30.0)
+    finally:
+        exit_codes = processes.exit_codes()
+        commands = {name: [str(a) for a in p.args] for name, p in processes.running.items()}
+        total_s = time.monotonic() - started
+        _write_harness(run_dir, scenario, commands, exit_codes, total_s)
+    if exit_codes.get("shepherd") != 0:
+        code = exit_codes.get("shepherd")
+        raise RehearsalError(f"the shepherd exited with {code}; see {run_dir}/logs/shepherd.log")
+    summary_path = run_dir / "shepherd" / "summary.json"
+    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+    records = read_records(run_dir / "shepherd" / "metrics.jsonl")
+    return RunResult(run_dir, summary, records, exit_codes, wall_s)
+
+
+def joined_indices(run_dir: Path) -> dict[str, list[int]]:
+    """Each worker's shepherd-side index per join, read from its log's `joined` events.
+
+    The shepherd names workers by index in metrics.jsonl; this maps them back to the
+    scenario's names (a worker that rejoined has several).
+    """
+    found: dict[str, list[int]] = {}
+    for path in sorted((Path(run_dir) / "logs").glob("*.log")):
+        for line in path.read_text(errors="replace").splitlines():
+            if '"joined"' not in line:
+                continue
+            with contextlib.suppress(json.JSONDecodeError):
+                event = json.loads(line)
+                if event.get("event") == "joined" and "index" in event:
+                    found.setdefault(path.stem, []).append(int(event["index"]))
+    return found
+
+
+def _wait_workers(processes: _Processes, timeout_s: float) -> None:
+    """Give the workers `timeout_s` to leave by themselves once the shepherd is done."""
+    deadline = time.monotonic() + timeout_s
+    for name, process in processes.running.items():
+        if name == "shepherd":
+            continue
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(max(0.0, deadline - time.monotonic()))
+
+
+def _write_harness(
+    run_dir: Path,
+    scenario: Scenario,
+    commands: dict[str, list[str]],
+    exit_codes: dict[str, int | None],
+    wall_s: float,
+) -> None:
+    """Record what ran and how each process ended in run_dir/harness.json."""
+    data = {
+        "scenario": scenario.name,
+        "commands": {name: " ".join(argv) for name, argv in commands.items()},
+        "exit_codes": exit_codes,
+        "wall_s": round(wall_s, 3),
+    }
+    (run_dir / "harness.json").write_text(json.dumps(data, indent=2) + "\n")
