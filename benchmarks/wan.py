@@ -1,0 +1,272 @@
+"""Rehearse DiLoCo over emulated WAN links and report what each scenario costs.
+
+For each scenario file, the shepherd and every worker run as real `pcp shepherd` /
+`pcp worker` processes, each in its own network namespace behind the scenario's link
+(rate, delay, jitter, loss: docs/wan.md), through pcp_core.rehearsal.harness. Per
+scenario it reports the wall time, the rounds, bytes per round, the round time split
+(round_s, compute_s of the slowest worker, communication_s), compute utilisation and
+the final validation loss, and writes them to benchmarks/results/wan/<name>.json and
+.md with the exact command. Needs root (network namespaces).
+
+    sudo .venv/bin/python benchmarks/wan.py --scenario scenarios/lan.toml scenarios/thin.toml
+    sudo .venv/bin/python benchmarks/wan.py --scenario scenarios/mixed-planet.toml \\
+        --max-workers 4 --steps 100 --inner-steps 20 -- --batch-size 8
+
+Flags after `--` go to `pcp shepherd` as they are.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import json
+import math
+import os
+import platform
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results" / "wan"
+
+
+def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
+    """The benchmark's own flags, and the shepherd flags given after `--`."""
+    extra: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1 :]
+    parser = argparse.ArgumentParser(
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="Flags after `--` are passed to `pcp shepherd` unchanged (e.g. -- --batch-size 8).",
+    )
+    parser.add_argument(
+        "--scenario", nargs="+", required=True, type=Path, help="scenario TOML file(s)"
+    )
+    parser.add_argument("--steps", type=int, default=60, help="inner steps per worker in all")
+    parser.add_argument("--inner-steps", type=int, default=20, help="inner steps per round (H)")
+    parser.add_argument("--steps-per-call", type=int, default=10, help="steps per device call")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--n-layer", type=int, default=1, help="model size (tiny by default)")
+    parser.add_argument("--n-head", type=int, default=2)
+    parser.add_argument("--n-embd", type=int, default=32)
+    parser.add_argument("--block-size", type=int, default=32)
+    parser.add_argument(
+        "--max-workers",
+        type=int,
+        default=None,
+        help="run at most N of a scenario's workers, picked evenly across its list so "
+        "each kind of link keeps a share (on a small machine 8 CPU workers are slow)",
+    )
+    parser.add_argument("--timeout", type=float, default=1800, help="seconds per scenario")
+    parser.add_argument(
+        "--name", default=None, help="results file stem (default: the scenarios' names)"
+    )
+    parser.add_argument(
+        "--runs", type=Path, default=None, help="where run directories go (default: runs/wan-*)"
+    )
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help="results folder (default: %(default)s)"
+    )
+    return parser.parse_args(argv), extra
+
+
+def pick_workers(workers: list[Any], limit: int | None) -> list[Any]:
+    """At most `limit` workers, spread evenly over the list (first and last kept)."""
+    if limit is None or limit >= len(workers):
+        return workers
+    if limit <= 1:
+        return workers[:1]
+    step = (len(workers) - 1) / (limit - 1)
+    return [workers[round(i * step)] for i in range(limit)]
+
+
+def utilisation(summary: dict[str, Any], rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """Compute utilisation: the shepherd's own figure where it gives one, and ours.
+
+    Ours is Σ worker compute / Σ (workers × round_s) over the round records, from each
+    worker's `worker_compute_s` when the records have it, else from `compute_s` (the
+    slowest worker's) for every worker, which overstates it.
+    """
+    busy = sum(
+        sum(r["worker_compute_s"].values())
+        if "worker_compute_s" in r
+        else r["workers"] * r["compute_s"]
+        for r in rounds
+    )
+    span = sum(r["workers"] * r["round_s"] for r in rounds)
+    source = "worker_compute_s" if all("worker_compute_s" in r for r in rounds) else "compute_s"
+    return {
+        "shepherd": summary.get("compute_utilisation"),
+        "from_rounds": round(busy / span, 4) if span else None,
+        "from_rounds_source": source,
+    }
+
+
+def describe(result: Any, scenario: Any, workers: int) -> dict[str, Any]:
+    """The numbers reported for one scenario's run."""
+    summary, rounds = result.summary, result.rounds
+    per_round = [r.get("bytes_sent", 0) + r.get("bytes_received", 0) for r in rounds]
+
+    def mean(key: str) -> float | None:
+        values = [r[key] for r in rounds if key in r]
+        return round(sum(values) / len(values), 4) if values else None
+
+    val_loss = summary.get("final_val_loss")
+    if val_loss is None:
+        val_loss = next((r["val_loss"] for r in reversed(rounds) if "val_loss" in r), None)
+    return {
+        "scenario": scenario.name,
+        "description": scenario.description,
+        "workers": workers,
+        "exit_codes": result.exit_codes,
+        "wall_s": round(result.wall_s, 2),
+        "training_wall_s": summary.get("wall_time_s"),
+        "rounds": len(rounds),
+        "min_workers_in_a_round": min((r["workers"] for r in rounds), default=0),
+        "bytes_per_round": round(sum(per_round) / len(per_round)) if per_round else None,
+        "model_bytes": summary.get("model_bytes"),
+        "round_s": mean("round_s"),
+        "compute_s": mean("compute_s"),
+        "communication_s": mean("communication_s"),
+        "utilisation": utilisation(summary, rounds),
+        "final_val_loss": val_loss,
+        "final_train_loss": summary.get("final_train_loss"),
+        "run_dir": str(result.run_dir),
+    }
+
+
+def progress(metrics: Path, label: str) -> Any:
+    """A `during` callback that prints each new round record of the run."""
+    seen = [0]
+
+    def report(network: Any, elapsed: float) -> None:
+        if not metrics.exists():
+            return
+        lines = [line for line in metrics.read_text().splitlines() if '"round_s"' in line]
+        for line in lines[seen[0] :]:
+            r = json.loads(line)
+            print(
+                f"  [{label} {elapsed:6.1f}s] round {r['round']}: {r['workers']} workers, "
+                f"loss {r['loss']:.3f}, round {r['round_s']:.2f}s "
+                f"(compute {r['compute_s']:.2f}s, communication {r['communication_s']:.2f}s)",
+                flush=True,
+            )
+        seen[0] = len(lines)
+
+    return report
+
+
+def markdown(command: str, settings: dict[str, Any], rows: list[dict[str, Any]]) -> str:
+    """The results as a markdown page: command, machine, settings, one row per scenario."""
+
+    def fmt(value: Any, digits: int = 3) -> str:
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return "-"
+        return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+    lines = [
+        "# DiLoCo over emulated WAN links (benchmarks/wan.py)",
+        "",
+        f"```\n{command}\n```",
+        "",
+        f"{datetime.datetime.now().isoformat(timespec='seconds')}, {platform.node()}, "
+        f"{os.cpu_count()} CPUs, Linux {platform.release()}. Settings: "
+        + ", ".join(f"{k} {v}" for k, v in settings.items()),
+        "",
+        "| scenario | workers | rounds | wall s | training s | round s | compute s "
+        "| communication s | bytes / round | utilisation (shepherd / ours) | val loss |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        u = row["utilisation"]
+        lines.append(
+            f"| {row['scenario']} | {row['workers']} | {row['rounds']} | {fmt(row['wall_s'], 1)} "
+            f"| {fmt(row['training_wall_s'], 1)} | {fmt(row['round_s'])} | {fmt(row['compute_s'])} "
+            f"| {fmt(row['communication_s'])} | {fmt(row['bytes_per_round'])} "
+            f"| {fmt(u['shepherd'])} / {fmt(u['from_rounds'])} | {fmt(row['final_val_loss'], 4)} |"
+        )
+    lines += [
+        "",
+        "wall s: from building the network to the shepherd's exit (worker start-up, join "
+        "and compile included); training s: the shepherd's wall_time_s. round s, compute s "
+        "(the slowest worker's inner steps) and communication s (the rest of the round) are "
+        "means over the round records. bytes / round: sent + received by the shepherd. "
+        "Utilisation: the shepherd's `compute_utilisation` (summary.json), and ours, "
+        "Σ worker compute / Σ (workers × round_s) over the rounds (from each worker's "
+        "`worker_compute_s`; from the slowest worker's `compute_s` where the records lack it).",
+        "",
+    ]
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    """Run every scenario in turn; write the JSON and markdown results."""
+    args, extra = parse_args(argv)
+    from pcp_core.rehearsal.harness import RehearsalError, TrainingSettings, run_scenario
+    from pcp_core.rehearsal.links import requirements_problem
+    from pcp_core.rehearsal.scenario import load_scenario
+
+    problem = requirements_problem()
+    if problem:
+        print(f"wan.py: {problem}", file=sys.stderr)
+        return 2
+    scenarios = [load_scenario(path) for path in args.scenario]  # all checked before any runs
+    model = ["--n-layer", str(args.n_layer), "--n-head", str(args.n_head)]
+    model += ["--n-embd", str(args.n_embd), "--block-size", str(args.block_size)]
+    settings = TrainingSettings(
+        steps=args.steps,
+        inner_steps=args.inner_steps,
+        seed=args.seed,
+        shepherd_flags=(*model, "--steps-per-call", str(args.steps_per_call), *extra),
+    )
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    runs = args.runs or ROOT / "runs" / f"wan-{stamp}"
+    rows = []
+    for scenario in scenarios:
+        workers = pick_workers(list(scenario.workers), args.max_workers)
+        scenario = dataclasses.replace(scenario, workers=workers)
+        run_dir = runs / scenario.name
+        print(f"{scenario.name}: {len(scenario.workers)} workers, run in {run_dir}", flush=True)
+        try:
+            result = run_scenario(
+                scenario,
+                run_dir,
+                settings,
+                timeout_s=args.timeout,
+                during=progress(run_dir / "shepherd" / "metrics.jsonl", scenario.name),
+            )
+        except RehearsalError as error:
+            print(f"{scenario.name}: failed: {error}", file=sys.stderr)
+            rows.append({"scenario": scenario.name, "error": str(error), "run_dir": str(run_dir)})
+            continue
+        row = describe(result, scenario, len(scenario.workers))
+        rows.append(row)
+        print(f"{scenario.name}: {json.dumps(row)}", flush=True)
+
+    command = shlex.join([Path(sys.executable).name, "benchmarks/wan.py", *argv])
+    described = {
+        "steps": args.steps,
+        "inner_steps": args.inner_steps,
+        "seed": args.seed,
+        "model": " ".join(model),
+        "max_workers": args.max_workers,
+        "shepherd_flags": " ".join(extra) or None,
+    }
+    name = args.name or "-".join(s.name for s in scenarios)
+    args.results.mkdir(parents=True, exist_ok=True)
+    data = {"command": command, "settings": described, "scenarios": rows}
+    (args.results / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
+    good = [row for row in rows if "error" not in row]
+    (args.results / f"{name}.md").write_text(markdown(command, described, good))
+    print(f"wrote {args.results / name}.json and .md")
+    return 0 if len(good) == len(rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
