@@ -35,6 +35,8 @@ def diloco_record(index: int, losses: dict[str, float], **extra: Any) -> dict[st
         "round_s": 2.0,
         "compute_s": 1.5 + index / 10,
         "communication_s": 0.5,
+        "compute_utilisation": 0.5 + index / 10,
+        "run_compute_utilisation": 0.6,
         **extra,
     }
 
@@ -84,7 +86,8 @@ def test_local_run_has_one_panel_with_train_and_validation() -> None:
 
 def test_diloco_run_has_a_line_per_worker_and_round_panels() -> None:
     figure = plots.loss_figure(DILOCO, "run")
-    assert sorted(ax.get_label() for ax in figure.axes) == ["bytes", "loss", "time"]
+    labels = sorted(ax.get_label() for ax in figure.axes)
+    assert labels == ["bytes", "loss", "time", "utilisation"]
     drawn = lines(figure, "loss")
     assert list(drawn) == ["worker 0", "worker 1", "train (mean over workers)", "validation"]
     assert drawn["worker 0"] == ([40960, 81920, 122880], [3.2, 2.4, 2.0])
@@ -100,6 +103,9 @@ def test_diloco_run_has_a_line_per_worker_and_round_panels() -> None:
     time = lines(figure, "time")
     assert time["compute (slowest worker)"] == ([0, 1, 2], [1.5, 1.6, 1.7])
     assert time["communication"] == ([0, 1, 2], [0.5] * 3)
+    assert lines(figure, "utilisation")["utilisation"] == ([0, 1, 2], [50.0, 60.0, 70.0])
+    (ax,) = [ax for ax in figure.axes if ax.get_label() == "time"]
+    assert ax.get_title() == "time per round; compute utilisation 60% over the run"
 
 
 @pytest.mark.parametrize(

@@ -38,12 +38,14 @@ def a_run() -> RunStatus:
         status.worker_state(index, "ready")
     for round_index, loss in enumerate((3.1, 2.5)):
         status.worker_state(0, "training", round_index, inner_steps=50)
-        status.worker_result(0, loss, 50, 51_200, 2.0)
+        status.worker_result(0, loss, 50, 51_200, 2.0, 0.3, 0.2)
         status.record(
             {"round": round_index, "step": 50 * (round_index + 1), "loss": loss,
              "worker_losses": {"0": loss}, "tokens": 51_200 * (round_index + 1),
              "bytes_sent": 860_000, "bytes_received": 860_100, "compute_s": 2.0,
-             "communication_s": 0.1, **({"val_loss": 2.6} if round_index else {})}
+             "communication_s": 0.1, "compute_utilisation": 0.4,
+             "run_compute_utilisation": (0.3, 0.45)[round_index],
+             **({"val_loss": 2.6} if round_index else {})}
         )  # fmt: skip
         status.update(50 * (round_index + 1), loss=loss, tokens_per_s=25_600.0)
     status.worker_state(0, "training", 2, inner_steps=50)
@@ -71,6 +73,8 @@ def test_the_snapshot_holds_what_the_dashboard_shows() -> None:
         2.5,
     )
     assert alpha["steps_per_s"] == 25.0 and alpha["tokens_per_s"] == 25_600.0
+    assert (alpha["compute_s"], alpha["wait_s"], alpha["send_s"]) == (2.0, 0.3, 0.2)
+    assert run["compute_utilisation"] == 0.45 and run["last_round"]["compute_utilisation"] == 0.4
     assert alpha["inner_step"] == 0 and alpha["last_heard_s"] < 5
     assert beta["state"] == "dead" and beta["last_heard_s"] is None
     assert snapshot["worker_states"]["training"] == 1 and snapshot["worker_states"]["dead"] == 1
@@ -83,12 +87,14 @@ def test_the_dashboard_draws_the_run() -> None:
     assert "PCP · diloco · cpu · 107.5K parameters" in screen
     assert "round 2/10" in screen and "step 100/500" in screen and "25,600 tok/s" in screen
     row = next(line for line in screen.splitlines() if "alpha:1" in line)
-    for value in ("cpu/x86-64-v3", "127.0.0.1:5000", "training", "~0/50", "2.5000", "25.0"):
+    values = ("cpu/x86-64-v3", "127.0.0.1:5000", "training", "~0/50", "2.5000", "25.0")
+    for value in (*values, "2.0/0.3/0.2s"):
         assert value in row, row
     dead = next(line for line in screen.splitlines() if "beta:2" in line)
     assert "dead" in dead and "vulkan/ampere" in dead
     assert "━ train 2.5000" in screen and "━ validation 2.6000" in screen
     assert "last round: sent 839.8 KiB, received 839.9 KiB" in screen
+    assert "compute utilisation 40% last round, 45% so far" in screen
 
 
 def test_the_chart_draws_a_falling_line_from_top_left_to_bottom_right() -> None:
@@ -106,6 +112,10 @@ def test_metrics_are_prometheus_text() -> None:
     value = {name: family.samples[0].value for name, family in families.items()}
     assert value["pcp_step"] == 100 and value["pcp_train_loss"] == 2.5
     assert value["pcp_round_compute_seconds"] == 2.0
+    assert value["pcp_compute_utilisation"] == 0.45
+    assert value["pcp_round_compute_utilisation"] == 0.4
+    waits = {s.labels["worker"]: s.value for s in families["pcp_worker_wait_seconds"].samples}
+    assert waits == {"0": 0.3}
     assert families["pcp_tokens"].type == "counter"  # pcp_tokens_total, as parsed
     states = {s.labels["state"]: s.value for s in families["pcp_workers"].samples}
     assert states["training"] == 1 and states["dead"] == 1 and states["joining"] == 0

@@ -67,6 +67,9 @@ def check_result(result: Result, round_index: int, attempt: int) -> None:
         raise BadResult("a result without losses")
     if result.norm < 0:
         raise BadResult(f"a negative norm: {result.norm}")
+    timings = (result.compute_s, result.waited_s, result.sent_s)
+    if not all(math.isfinite(t) and t >= 0 for t in timings):
+        raise BadResult(f"impossible timings (compute, waited, sent): {timings}")
 
 
 class NormBound:

@@ -103,7 +103,7 @@ def _workers(snapshot: dict[str, Any]) -> Table:
     table = Table(title="workers", title_justify="left", expand=True, pad_edge=False)
     for column in ("#", "name", "backend/arch", "address", "state", "inner step"):
         table.add_column(column, no_wrap=True)
-    for column in ("loss", "steps/s", "tok/s", "rounds", "heard"):
+    for column in ("loss", "steps/s", "tok/s", "compute/wait/send", "rounds", "heard"):
         table.add_column(column, justify="right", no_wrap=True)
     for w in snapshot["workers"]:
         step = "" if w["inner_step"] is None else f"~{w['inner_step']}/{w['inner_steps']}"
@@ -118,12 +118,21 @@ def _workers(snapshot: dict[str, Any]) -> Table:
             _number(w["loss"], "{:.4f}"),
             _number(w["steps_per_s"], "{:.1f}"),
             _number(w["tokens_per_s"], "{:,.0f}"),
+            _times(w),
             str(w["rounds"]),
             heard,
         )
     if not snapshot["workers"]:
-        table.add_row("", Text("waiting for workers", style="dim"), *[""] * 9)
+        table.add_row("", Text("waiting for workers", style="dim"), *[""] * 10)
     return table
+
+
+def _times(worker: dict[str, Any]) -> str:
+    """Its last round's seconds computing, waiting for the shepherd and sending."""
+    times = [worker.get(key) for key in ("compute_s", "wait_s", "send_s")]
+    if any(t is None for t in times):
+        return ""
+    return "/".join(f"{t:.1f}" for t in times) + "s"
 
 
 def _loss_chart(history: list[dict[str, Any]], run: dict[str, Any], width: int) -> Panel:
@@ -154,6 +163,10 @@ def _communication(run: dict[str, Any]) -> Panel:
     text.append(f"communication {comm:.2f}s", style="blue")
     text.append(f"   all rounds: sent {human_bytes(run['bytes_sent'])}, ")
     text.append(f"received {human_bytes(run['bytes_received'])}")
+    if run.get("compute_utilisation") is not None:
+        text.append("   compute utilisation ")
+        text.append(f"{_number(last.get('compute_utilisation'), '{:.0%}')} last round, ")
+        text.append(f"{run['compute_utilisation']:.0%} so far", style="bold")
     bar = ProgressBar(total=100, completed=share * 100, complete_style="green", style="blue")
     return Panel(Group(text, bar), title="rounds: compute vs communication", title_align="left")
 

@@ -169,6 +169,14 @@ def _time_panel(ax: "Axes", records: list[dict[str, Any]]) -> None:
     )
     _per_round(ax, records, lines, 1)
     ax.set(title="time per round", ylabel="seconds")
+    x, y = _series(records, "round", "compute_utilisation")
+    if x:  # the share of the workers' time in inner steps, on an axis of its own
+        share = ax.twinx()
+        share.set_label("utilisation")
+        share.plot(x, [100 * v for v in y], color="tab:green", linestyle=":", label="utilisation")
+        share.set(ylim=(0, 105), ylabel="compute utilisation (%)")
+        run = records[-1].get("run_compute_utilisation", y[-1])
+        ax.set_title(f"time per round; compute utilisation {run:.0%} over the run")
 
 
 def _per_round(

@@ -27,6 +27,14 @@ log = structlog.get_logger(__name__)
 WORKER_STATES = ("joining", "restarting", "compiling", "ready", "training", "reporting", "dead")
 HISTORY = 2000  # loss points kept for the chart and /status (older ones are thinned)
 PROGRESS_LOG_S = 5.0  # without a dashboard, at most one progress line this often
+# a distributed round's record keys the status keeps for its last round
+LAST_ROUND_KEYS = (
+    "bytes_sent",
+    "bytes_received",
+    "compute_s",
+    "communication_s",
+    "compute_utilisation",
+)
 
 
 @dataclass
@@ -43,6 +51,11 @@ class WorkerStatus:
     loss: float | None = None  # its last round's (or call's) loss
     steps_per_s: float | None = None
     tokens_per_s: float | None = None
+    # its last counted round's seconds: inner steps, blocked waiting for the shepherd,
+    # sending (pcp_core.worker.clock)
+    compute_s: float | None = None
+    wait_s: float | None = None
+    send_s: float | None = None
     rounds: int = 0  # results of its that counted
     heard: Callable[[], float] | None = field(default=None, repr=False)  # time.time() of
     # the last message from it (heartbeats too); None: in-process
@@ -92,6 +105,7 @@ class RunStatus:
             "bytes_sent": 0,
             "bytes_received": 0,
             "last_round": None,  # bytes, compute and communication time of the last round
+            "compute_utilisation": None,  # of the training phase so far (a distributed run)
             "training_started": None,
         }
         self._info: dict[str, Any] = {}
@@ -161,10 +175,8 @@ class RunStatus:
             if "bytes_sent" in record:
                 run["bytes_sent"] += record["bytes_sent"]
                 run["bytes_received"] += record.get("bytes_received", 0)
-                run["last_round"] = {
-                    key: record.get(key)
-                    for key in ("bytes_sent", "bytes_received", "compute_s", "communication_s")
-                }
+                run["last_round"] = {key: record.get(key) for key in LAST_ROUND_KEYS}
+                run["compute_utilisation"] = record.get("run_compute_utilisation")
             if record.get("loss") is not None:
                 point = LossPoint(
                     record.get("tokens", 0),
@@ -220,14 +232,23 @@ class RunStatus:
         say("worker state", worker=index, name=name, state=state, **extra, **fields)
 
     def worker_result(
-        self, index: int, loss: float, steps: int, tokens: int, compute_s: float
+        self,
+        index: int,
+        loss: float,
+        steps: int,
+        tokens: int,
+        compute_s: float,
+        wait_s: float | None = None,
+        send_s: float | None = None,
     ) -> None:
-        """Worker `index`'s result counted: its loss and speed over the round."""
+        """Worker `index`'s result counted: its loss, speed and times over the round
+        (waiting and sending: those its Result reported, for a distributed run)."""
         with self._lock:
             worker = self._workers.get(index)
             if worker is None:
                 return
             worker.loss, worker.rounds = loss, worker.rounds + 1
+            worker.compute_s, worker.wait_s, worker.send_s = compute_s, wait_s, send_s
             if compute_s > 0:
                 worker.steps_per_s, worker.tokens_per_s = steps / compute_s, tokens / compute_s
 

@@ -103,16 +103,30 @@ RUN_METRICS = (
     ("pcp_bytes_received_total", "counter", "Bytes the shepherd received.", "bytes_received"),
     ("pcp_elapsed_seconds", "gauge", "Seconds since the run started.", "elapsed_s"),
     ("pcp_eta_seconds", "gauge", "Estimated seconds until the run ends.", "eta_s"),
+    (
+        "pcp_compute_utilisation",
+        "gauge",
+        "Share of the workers' time in inner steps since training began (distributed).",
+        "compute_utilisation",
+    ),
 )
 LAST_ROUND_METRICS = (
     ("pcp_round_compute_seconds", "Compute time of the last round.", "compute_s"),
     ("pcp_round_communication_seconds", "Communication time of the last round.", "communication_s"),
+    (
+        "pcp_round_compute_utilisation",
+        "Share of the workers' time in inner steps in the last round.",
+        "compute_utilisation",
+    ),
 )
 WORKER_METRICS = (
     ("pcp_worker_loss", "The worker's last loss.", "loss"),
     ("pcp_worker_steps_per_second", "The worker's inner steps per second.", "steps_per_s"),
     ("pcp_worker_tokens_per_second", "The worker's tokens per second.", "tokens_per_s"),
     ("pcp_worker_rounds_total", "Results of the worker's that counted.", "rounds"),
+    ("pcp_worker_compute_seconds", "Its last round's seconds in inner steps.", "compute_s"),
+    ("pcp_worker_wait_seconds", "Its last round's seconds waiting for the shepherd.", "wait_s"),
+    ("pcp_worker_send_seconds", "Its last round's seconds sending.", "send_s"),
     ("pcp_worker_last_heard_seconds", "Seconds since the worker last spoke.", "last_heard_s"),
 )
 

@@ -170,8 +170,12 @@ class Result:
     round: int
     attempt: int
     losses: list[float]
-    compute_s: float
+    compute_s: float  # in its inner steps
     norm: float  # ‖θ_global − θ_local‖, checked against the tensors when they arrive
+    # since its previous Result: seconds blocked waiting for the shepherd (its Fetch, the
+    # next Assignment with its parameters) and sending (that Result, its Delta)
+    waited_s: float = 0.0
+    sent_s: float = 0.0
 
 
 @dataclass

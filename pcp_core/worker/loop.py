@@ -50,6 +50,7 @@ from pcp_core.wire.messages import (
     WorkerSettings,
 )
 from pcp_core.wire.transport import Connection, TransportError, TransportOptions
+from pcp_core.worker.clock import NetworkClock
 from pcp_core.worker.state import InnerStateStore
 
 log = structlog.get_logger(__name__)
@@ -292,8 +293,9 @@ def serve(
     """Rounds until Stop: Assignment -> Result; then Fetch -> Delta, or Discard (also
     after the Delta, when its tensors failed the shepherd's checks)."""
     pending: tuple[Assignment, RoundWork] | None = None
+    clock = NetworkClock()
     while True:
-        message = conn.receive()
+        message = clock.receive(conn)
         if isinstance(message, Stop):
             log.info("stopping", reason=message.reason)
             return
@@ -302,14 +304,16 @@ def serve(
             work = worker_round(session, message)
             inner.finished(message.round)
             norm = delta_norm([t.array for t in work.tensors])
-            conn.send(Result(message.round, message.attempt, work.losses, work.compute_s, norm))
+            waited_s, sent_s = clock.take()
+            timings = (work.compute_s, norm, waited_s, sent_s)
+            clock.send(conn, Result(message.round, message.attempt, work.losses, *timings))
             pending = (message, work)
         elif isinstance(message, Fetch | Discard):
             asked = (message.round, message.attempt)
             if pending is None or (pending[0].round, pending[0].attempt) != asked:
                 raise TransportError(f"the shepherd asked about round {asked}, not ours")
             if isinstance(message, Fetch):  # pending stays: the tensors may fail a check
-                conn.send(Delta(message.round, message.attempt, pending[1].tensors))
+                clock.send(conn, Delta(message.round, message.attempt, pending[1].tensors))
             else:
                 log.warning("result refused", round=message.round, reason=message.reason)
                 inner.refused(message.round)

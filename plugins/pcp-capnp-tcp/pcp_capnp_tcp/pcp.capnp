@@ -91,6 +91,8 @@ struct Result {
   computeS @2 :Float64;
   attempt @3 :UInt32;
   norm @4 :Float64;
+  waitedS @5 :Float64;
+  sentS @6 :Float64;
 }
 
 struct Fetch {

@@ -22,6 +22,7 @@ from pcp_core.shepherd import distributed
 from pcp_core.shepherd.rounds import RoundOutcome
 from pcp_core.shepherd.session import Shepherd
 from pcp_core.shepherd.step_guard import StepGuard, outliers
+from pcp_core.shepherd.utilisation import Utilisation
 from pcp_core.wire.messages import Assignment, RunSettings
 from pcp_diloco.settings import DilocoSettings, DilocoWorkerSettings, lr_exponent
 
@@ -120,6 +121,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     with distributed.shepherd(ctx, setup, settings) as shepherd:
         status.set_state("waiting for workers", workers=config.shepherd.workers)
         shepherd.wait_for_workers(config.shepherd.workers, config.shepherd.join_timeout)
+        utilisation = Utilisation(config.shepherd.workers)
         ctx.progress.start(config.steps, f"diloco on {config.shepherd.workers} workers")
         for index in range(state.next_round, rounds):
             shards = max(config.shepherd.workers, *(i + 1 for i in shepherd.links))
@@ -143,6 +145,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
                     diloco.inner_steps,
                     tokens_per_round,
                     result.compute_s,
+                    result.waited_s,
+                    result.sent_s,
                 )
             compute_s = max(r.compute_s for r in outcome.results.values())
             state.tokens += tokens_per_round * len(outcome.results)
@@ -175,6 +179,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 setup.save_checkpoint(
                     ctx.run_dir, params, step, outer_step.state(), state.metadata()
                 )
+            record |= utilisation.round(outcome.results)
             ctx.metrics.write(record)
             ctx.progress.update(
                 step, loss=record["loss"], tokens_per_s=state.tokens / ctx.metrics.elapsed()
@@ -196,6 +201,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
         **shepherd.shards_served(),
         "model_bytes": int(sum(p.nbytes for p in params)),
         "shepherd_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
+        **utilisation.summary(),
     }
 
 

@@ -27,6 +27,17 @@ def test_a_diloco_run_from_python(tmp_path: Path) -> None:
     rounds = [r for r in records if "round" in r]
     assert [r["round"] for r in rounds] == [0, 1, 2, 3]
     assert all(r["workers"] == 2 for r in rounds)
+    # every worker's time is accounted for: compute, waiting, sending
+    for record in rounds:
+        assert 0 < record["compute_utilisation"] <= 1
+        for key in ("worker_compute_s", "worker_wait_s", "worker_send_s"):
+            assert set(record[key]) == {"0", "1"} and min(record[key].values()) >= 0
+    assert 0 < summary["compute_utilisation"] <= 1 and set(summary["worker_seconds"]) == {"0", "1"}
+    assert summary["compute_utilisation"] == pytest.approx(
+        sum(w["compute_s"] for w in summary["worker_seconds"].values())
+        / (2 * summary["training_s"]),
+        rel=1e-3,
+    )
 
 
 def test_diloco_settings_from_python_are_checked_by_name(tmp_path: Path) -> None:

@@ -10,7 +10,9 @@ The tags (README.md has the table):
     loss/train, loss/train_mean, loss/val, loss/worker/ID
     throughput/tokens, throughput/tokens_per_s
     network/bytes_sent, network/bytes_received
-    time/elapsed_s, time/round_s, time/compute_s, time/communication_s
+    time/elapsed_s, time/round_s, time/compute_s, time/communication_s, time/cycle_s
+    time/compute_utilisation, time/run_compute_utilisation
+    time/worker/ID/compute_s, time/worker/ID/wait_s, time/worker/ID/send_s
     workers/count, workers/attempts, workers/rejected
     other/KEY (other/KEY/SUBKEY): any other number a record holds
 
@@ -50,10 +52,19 @@ TAGS = {
     "round_s": "time/round_s",
     "compute_s": "time/compute_s",
     "communication_s": "time/communication_s",
+    "cycle_s": "time/cycle_s",
+    "compute_utilisation": "time/compute_utilisation",
+    "run_compute_utilisation": "time/run_compute_utilisation",
     "workers": "workers/count",
     "attempts": "workers/attempts",
 }
 NOT_PLOTTED = {"step", "round"}
+# each worker's seconds in a round (pcp_core.shepherd.utilisation), by worker
+WORKER_TIMES = {
+    "worker_compute_s": "compute_s",
+    "worker_wait_s": "wait_s",
+    "worker_send_s": "send_s",
+}
 
 
 def is_number(value: Any) -> bool:
@@ -73,6 +84,9 @@ def scalars(record: dict[str, Any]) -> dict[str, float]:
             found["workers/rejected"] = float(len(value))
         elif is_number(value):
             found[TAGS.get(key, f"other/{key}")] = float(value)
+        elif key in WORKER_TIMES and isinstance(value, dict):
+            tag = WORKER_TIMES[key]
+            found |= {f"time/worker/{w}/{tag}": float(v) for w, v in value.items() if is_number(v)}
         elif isinstance(value, dict):
             found |= {f"other/{key}/{k}": float(v) for k, v in value.items() if is_number(v)}
     return found
