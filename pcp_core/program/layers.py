@@ -22,6 +22,19 @@ from pcp_core.program.build import export_platform
 XLA_FORM_PLATFORMS: tuple[str, ...] = ("cuda",)
 
 
+# Platforms whose exported `bf16` program makes an activation kept in bf16 (see
+# `rounded_dense`: q, k, v for cuDNN, the MLP's hidden activation) as torch.autocast
+# does: a product that outputs bf16 (accumulated in float32), plus the bias rounded to
+# bf16. The product then writes half the bytes, and the pass after it (GELU, the split
+# for cuDNN) reads half; the sum is rounded twice where it was rounded once.
+BF16_PRODUCT_OUTPUT_PLATFORMS: tuple[str, ...] = ("cuda",)
+# Platforms whose exported program recomputes GELU's tanh in the backward pass behind an
+# optimization barrier (see `gelu`): XLA otherwise merges the recomputation with the
+# forward's (the same ops on the same bf16 input) and keeps tanh from the forward pass to
+# the backward in float32, twice the bytes of the input it would recompute from.
+GELU_RECOMPUTED_PLATFORMS: tuple[str, ...] = ("cuda",)
+
+
 # Rows that each stage of `column_sum` adds together, and the most left for its last sum.
 COLUMN_SUM_FOLD = 64
 
@@ -109,6 +122,8 @@ def gelu(precision: str):
         return (0.5 * y * (1.0 + jnp.tanh(GELU_C * (y + 0.044715 * (y * y * y))))).astype(x.dtype)
 
     def backward(x, g):
+        if export_platform() in GELU_RECOMPUTED_PLATFORMS:
+            x = jax.lax.optimization_barrier(x)  # not the forward's tanh, kept in float32
         x = x.astype(jnp.float32)
         t = jnp.tanh(GELU_C * (x + 0.044715 * (x * x * x)))
         slope = 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_C * (1.0 + 3 * 0.044715 * x * x)
@@ -151,6 +166,10 @@ def rounded_dense(precision: str, in_dtype: str, out_dtype: str):
 
     def forward(x, weight, bias):
         x, weight = precisions.stored(x, precision), precisions.stored(weight, precision)
+        in_product = export_platform() in BF16_PRODUCT_OUTPUT_PLATFORMS
+        if in_product and precision == "bf16" and out_dtype == "bfloat16":
+            y = jnp.matmul(x, weight, preferred_element_type=jnp.bfloat16)
+            return y + bias.astype(jnp.bfloat16), (x, weight)
         y = jnp.matmul(x, weight, preferred_element_type=jnp.float32) + bias
         return y.astype(out_dtype), (x, weight)
 

@@ -1,7 +1,8 @@
 """The per-platform forms of the exported step compute what the portable program does.
 
 The CUDA export takes forms XLA compiles well (pcp_core.program.layers.XLA_FORM_PLATFORMS,
-losses.ONE_PASS_LOGSUMEXP_PLATFORMS, nanogpt.SORTED_EMBEDDING_PLATFORMS, BF16_ATTENTION_PLATFORMS,
+BF16_PRODUCT_OUTPUT_PLATFORMS, GELU_RECOMPUTED_PLATFORMS, losses.ONE_PASS_LOGSUMEXP_PLATFORMS,
+nanogpt.SORTED_EMBEDDING_PLATFORMS, BF16_ATTENTION_PLATFORMS,
 pcp_core.program.precision.SINGLE_PRODUCT_PLATFORMS); here they are switched on for the CPU,
 so a machine without a GPU checks them against `jax_step`, which keeps the portable form.
 """
@@ -45,6 +46,8 @@ def xla_forms_here(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(losses, "ONE_PASS_LOGSUMEXP_PLATFORMS", (PLATFORM,))
     monkeypatch.setattr(nanogpt, "BF16_ATTENTION_PLATFORMS", (PLATFORM,))
     monkeypatch.setattr(precision, "SINGLE_PRODUCT_PLATFORMS", (PLATFORM,))
+    monkeypatch.setattr(layers, "BF16_PRODUCT_OUTPUT_PLATFORMS", (PLATFORM,))
+    monkeypatch.setattr(layers, "GELU_RECOMPUTED_PLATFORMS", (PLATFORM,))
 
 
 @pytest.mark.usefixtures("xla_forms_here")
