@@ -55,10 +55,14 @@ CHOICES = {
     "weight_gradient": ("precision", "SINGLE_PRODUCT_PLATFORMS"),
     "bf16_hidden": ("precision", "BF16_HIDDEN_PLATFORMS"),
     "bf16_outputs": ("precision", "BF16_OUTPUT_PLATFORMS"),
+    "bf16_product_output": ("layers", "BF16_PRODUCT_OUTPUT_PLATFORMS"),
+    "gelu_recomputed": ("layers", "GELU_RECOMPUTED_PLATFORMS"),
     "compiler_options": ("runtime", "COMPILER_OPTIONS"),  # pcp_xla.runtime's, by platform
 }
 CUDA, NONE = ("cuda",), ()
 EXACT = {"cuda": {"xla_allow_excess_precision": False}}  # XLA keeps the program's roundings
+# the CUDA export's choices added on 2026-11-25 (second H100 session), off in the older variants
+LATER = {"bf16_product_output": NONE, "gelu_recomputed": NONE}
 XLA_VARIANTS: dict[str, dict[str, Any]] = {
     "pcp": {},  # as the modules say
     "portable": {**dict.fromkeys(CHOICES, NONE), "compiler_options": {}},
@@ -71,13 +75,37 @@ XLA_VARIANTS: dict[str, dict[str, Any]] = {
         "forms": CUDA,
         "weight_gradient": CUDA,
     },
-    "bf16-hidden": {"bf16_hidden": CUDA},
-    "no-bf16-hidden": {"bf16_hidden": NONE},
-    "bf16-outputs": {"bf16_outputs": CUDA},
+    # the program as shipped from 28e68bf to e6412a1: no compiler options, f32 hidden
+    "e6412a1": {**LATER, "compiler_options": {}, "bf16_hidden": NONE},
+    "bf16-hidden": {**LATER, "compiler_options": {}, "bf16_hidden": CUDA},
+    "bf16-outputs": {**LATER, "compiler_options": {}, "bf16_hidden": NONE, "bf16_outputs": CUDA},
     # XLA keeps the bf16 roundings (pcp_xla.runtime.COMPILER_OPTIONS; H100 results in
     # benchmarks/results/gpu/h100/2026-11-25/torch_anchor.md)
-    "exact-precision": {"compiler_options": EXACT},
-    "exact-precision-bf16-hidden": {"compiler_options": EXACT, "bf16_hidden": CUDA},
+    "exact-precision": {**LATER, "compiler_options": EXACT, "bf16_hidden": NONE},
+    "exact-precision-bf16-hidden": {**LATER, "compiler_options": EXACT, "bf16_hidden": CUDA},
+    # then, one at a time, the later choices (layers.py)
+    "product-output": {**LATER, "bf16_product_output": CUDA},
+    "gelu-recomputed": {**LATER, "gelu_recomputed": CUDA},
+}
+
+
+def _exact_hidden(**options: Any) -> dict[str, Any]:
+    """Exact precision and the bf16 hidden activation, with more XLA options on CUDA."""
+    exact = {"xla_allow_excess_precision": False}
+    return {**LATER, "compiler_options": {"cuda": exact | options}, "bf16_hidden": CUDA}
+
+
+# XLA's own choices on top (DebugOptions by name): every product through cuBLAS rather
+# than the Triton GEMMs XLA's autotuner may pick; the K-step loop unrolled (no
+# predicate read back by the host between steps); the loop and cuDNN in CUDA graphs.
+XLA_VARIANTS |= {
+    "exact-hidden-cublas": _exact_hidden(xla_gpu_enable_triton_gemm=False),
+    "exact-hidden-unrolled": _exact_hidden(
+        xla_gpu_enable_while_loop_unrolling="WHILE_LOOP_UNROLLING_FULL_UNROLL"
+    ),
+    "exact-hidden-graphs": _exact_hidden(
+        xla_gpu_enable_command_buffer="FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
+    ),
 }
 
 
@@ -166,18 +194,29 @@ def torch_optimizer(model: Any, device: Any) -> Any:
 
     from pcp_core.optimizers import InnerSettings
 
-    s = InnerSettings()
+    s = adamw_settings()
     matrices = [p for p in model.parameters() if p.ndim >= 2]
     others = [p for p in model.parameters() if p.ndim < 2]
     groups = [
         {"params": matrices, "weight_decay": s.weight_decay},
         {"params": others, "weight_decay": 0.0},
     ]
-    kwargs = {"lr": s.lr, "betas": (s.beta1, s.beta2), "eps": s.eps}
+    kwargs = {"lr": InnerSettings().lr, "betas": (s.beta1, s.beta2), "eps": s.eps}
     try:
         return torch.optim.AdamW(groups, fused=True, **kwargs)
     except (RuntimeError, ValueError):
         return torch.optim.AdamW(groups, foreach=True, **kwargs)
+
+
+def adamw_settings() -> Any:
+    """PCP's AdamW betas, eps and weight decay at their defaults: pcp_adamw's own settings
+    where it declares them (`AdamWSettings`), else the inner optimizer's settings."""
+    import pcp_adamw
+
+    from pcp_core.optimizers import InnerSettings
+
+    declared = getattr(pcp_adamw, "AdamWSettings", None)
+    return declared() if declared is not None else InnerSettings()
 
 
 def run_torch(
@@ -238,7 +277,7 @@ def run_torch(
     return result
 
 
-def kernel_table(call: Any, rows: int = 80) -> str | None:
+def kernel_table(call: Any, rows: int = 200) -> str | None:
     """The GPU kernels that `call` ran, by total time, as torch's profiler (CUPTI) saw
     them: it sees every kernel of the process, XLA's too. None without a CUDA GPU."""
     import torch
