@@ -24,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import secrets
 import signal
 import subprocess
@@ -42,6 +43,7 @@ from pcp_core.rehearsal.scenario import Scenario
 log = structlog.get_logger(__name__)
 
 PORT = 7433
+_CONSOLE_JOINED = re.compile(r"\]\s+joined\s.*\bindex=(\d+)")
 
 
 class RehearsalError(RuntimeError):
@@ -275,6 +277,16 @@ def run_scenario(
     return RunResult(run_dir, summary, records, exit_codes, wall_s)
 
 
+def set_link(network: Network, name: str, up: bool) -> None:
+    """Cut (`up=False`) or restore node `name`'s link: its router-side veth goes down or
+    up, so nothing crosses the link either way while cut, and open connections stall."""
+    node = network.node(name)
+    state = "up" if up else "down"
+    command = ["ip", "-n", network.router, "link", "set", node.router_interface, state]
+    subprocess.run(command, check=True, capture_output=True)
+    log.info("link_set", node=name, state=state)
+
+
 def joined_indices(run_dir: Path) -> dict[str, list[int]]:
     """Each worker's shepherd-side index per join, read from its log's `joined` events.
 
@@ -284,13 +296,22 @@ def joined_indices(run_dir: Path) -> dict[str, list[int]]:
     found: dict[str, list[int]] = {}
     for path in sorted((Path(run_dir) / "logs").glob("*.log")):
         for line in path.read_text(errors="replace").splitlines():
-            if '"joined"' not in line:
-                continue
-            with contextlib.suppress(json.JSONDecodeError):
-                event = json.loads(line)
-                if event.get("event") == "joined" and "index" in event:
-                    found.setdefault(path.stem, []).append(int(event["index"]))
+            index = _joined_index(line)
+            if index is not None:
+                found.setdefault(path.stem, []).append(index)
     return found
+
+
+def _joined_index(line: str) -> int | None:
+    """The index of a worker's `joined` log line, JSON or console rendered, else None."""
+    if line.startswith("{"):
+        with contextlib.suppress(json.JSONDecodeError, ValueError, TypeError):
+            event = json.loads(line)
+            if event.get("event") == "joined" and "index" in event:
+                return int(event["index"])
+        return None
+    match = _CONSOLE_JOINED.search(line)
+    return int(match.group(1)) if match else None
 
 
 def _wait_workers(processes: _Processes, timeout_s: float) -> None:
