@@ -18,6 +18,9 @@ from pcp_core.rehearsal.scenario import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = ("--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "32")
+# A peer silent for 5 s is dead to the shepherd (and the shepherd to a worker): a cut
+# link costs one round 5 s, not the whole cut.
+DEADLINES = ("--worker-timeout", "5", "--min-workers", "1")
 SETTINGS = TrainingSettings(
     steps=40, inner_steps=10, seed=0, shepherd_flags=(*TINY, "--steps-per-call", "10")
 )
@@ -41,3 +44,42 @@ def test_diloco_runs_over_the_ci_scenario_and_pays_its_round_trip(rehearse) -> N
     round_trip_s = 2 * (scenario.workers[0].link.delay_ms + scenario.shepherd.delay_ms) / 1000
     assert all(r["communication_s"] >= round_trip_s for r in rounds), rounds
     assert list_namespaces(f"pcpw-{os.getpid()}-") == []
+
+
+@pytest.mark.slow
+def test_a_worker_cut_off_for_20_s_is_left_behind_then_rejoins(rehearse, tmp_path: Path) -> None:
+    """ci-1's link goes down for 20 s after round 3: the round goes on with ci-0 within
+    the shepherd's --worker-timeout, later rounds run on one worker, and ci-1 rejoins."""
+    from pcp_core.rehearsal.harness import joined_indices, read_records, set_link
+
+    settings = TrainingSettings(
+        steps=2000,
+        inner_steps=10,
+        shepherd_flags=(*TINY, "--steps-per-call", "10", "--eval-every", "0", *DEADLINES),
+        worker_flags=("--timeout", "5"),
+    )
+    metrics = tmp_path / "run" / "shepherd" / "metrics.jsonl"
+    cut: dict[str, float] = {}
+
+    def during(network, elapsed: float) -> None:
+        done = sum(1 for r in read_records(metrics) if "round_s" in r)
+        if "down" not in cut and done >= 3:
+            set_link(network, "ci-1", up=False)
+            cut["down"], cut["rounds_before"] = elapsed, done
+        elif "down" in cut and "up" not in cut and elapsed - cut["down"] >= 20:
+            set_link(network, "ci-1", up=True)
+            cut["up"] = elapsed
+
+    scenario = load_scenario(ROOT / "scenarios" / "ci.toml")
+    result = rehearse(scenario, settings, timeout_s=600, during=during)
+
+    assert "up" in cut, f"the run ended before the link came back: {cut}"
+    assert result.exit_codes == {"shepherd": 0, "ci-0": 0, "ci-1": 0}
+    workers = [r["workers"] for r in result.rounds]
+    assert len(workers) == 200 and workers[0] == 2
+    alone = [r for r in result.rounds if r["workers"] == 1]
+    assert alone, "no round went on without the cut worker"
+    assert max(r["round_s"] for r in alone) < 15, "a round waited for the cut link"
+    assert workers[-1] == 2, "the last rounds did not have both workers again"
+    assert len(joined_indices(result.run_dir).get("ci-1", [])) >= 2, "ci-1 did not rejoin"
+    assert math.isfinite(result.summary["final_val_loss"])
