@@ -209,14 +209,10 @@ def torch_optimizer(model: Any, device: Any) -> Any:
 
 
 def adamw_settings() -> Any:
-    """PCP's AdamW betas, eps and weight decay at their defaults: pcp_adamw's own settings
-    where it declares them (`AdamWSettings`), else the inner optimizer's settings."""
+    """PCP's AdamW betas, eps and weight decay at their defaults (`[adamw]`)."""
     import pcp_adamw
 
-    from pcp_core.optimizers import InnerSettings
-
-    declared = getattr(pcp_adamw, "AdamWSettings", None)
-    return declared() if declared is not None else InnerSettings()
+    return pcp_adamw.AdamWSettings()
 
 
 def run_torch(
