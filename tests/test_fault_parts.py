@@ -269,7 +269,7 @@ class StateOnly:
 def test_a_lost_inner_state_is_said(tmp_path, keep: int, asked: int, says: str) -> None:
     from structlog.testing import capture_logs
 
-    from pcp_core.worker.loop import InnerState, WorkerSession
+    from pcp_core.worker.session import InnerState, WorkerSession
 
     executor = StateOnly()
     session = WorkerSession(0, executor, None, WorkerSettings("local", "run", keep))

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-PROTOCOL_VERSION = 5
+PROTOCOL_VERSION = 6  # 6: a Result says where the worker's time went; a run may overlap rounds
 
 
 @dataclass
@@ -85,13 +85,16 @@ Spec = tuple[str, tuple[int, ...], str]  # a tensor's name, shape and dtype
 class RunSettings:
     """What a distributed algorithm tells every worker about its run: its name (whose
     worker side runs the rounds), the run's id (a saved inner state must match it), how
-    many round states to keep, and one slot per plugin for what that plugin's worker side
-    reads (a dict of its own typed settings, by plugin name)."""
+    many round states to keep, one slot per plugin for what that plugin's worker side
+    reads (a dict of its own typed settings, by plugin name), and whether rounds overlap
+    the network."""
 
     algorithm: str
     run_id: str
     inner_states_kept: int
     plugins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # a worker starts each next round while its result travels (pcp_core.worker.overlap)
+    overlap: bool = False
 
 
 @dataclass(frozen=True)

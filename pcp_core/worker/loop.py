@@ -1,10 +1,10 @@
 """The worker: join a shepherd, load the program it ships, train when asked.
 
 The algorithm (named in the shepherd's Setup) decides what a round is; this module
-handles the join handshake, the program and data, heartbeats, the message loop, and the
-inner optimizer state: it lives on the device across rounds and is saved after each
-(`pcp_core.worker.state`), so a restarted worker, or a round the shepherd asks for again,
-starts from the state that round started from.
+handles the join handshake, the program and data, heartbeats and the message loop, one
+round at a time (`serve`) or with the next round computing while the last one's result
+travels (`pcp_core.worker.overlap`, when the run asks for it); the inner optimizer state
+across rounds is `pcp_core.worker.session.InnerState`.
 
 Losing the shepherd (silent past the timeout, or gone) ends the process with the
 "crashed" exit code; its supervisor starts it again, and it rejoins.
@@ -45,12 +45,13 @@ from pcp_core.wire.messages import (
     Result,
     Setup,
     Stop,
-    Tensor,
     Welcome,
     WorkerSettings,
 )
 from pcp_core.wire.transport import Connection, TransportError, TransportOptions
 from pcp_core.worker.clock import NetworkClock
+from pcp_core.worker.overlap import OverlappedRounds
+from pcp_core.worker.session import InnerState, RoundWork, WorkerRound, WorkerSession
 from pcp_core.worker.state import InnerStateStore
 
 log = structlog.get_logger(__name__)
@@ -75,42 +76,6 @@ class WorkerOptions:
     data: Path | None = None  # a prepared dataset on this machine (else shards are fetched)
     shard_cache: Path | None = None  # where fetched shards are kept (default: user cache)
     on_joined: Callable[[], None] | None = None  # called once joined, the program loaded
-
-
-@dataclass
-class WorkerSession:
-    """What an algorithm's worker side works with during a round."""
-
-    index: int
-    executor: Executor
-    corpus: Any  # its training data: the shipped tokens, or its assigned shards
-    settings: WorkerSettings
-
-    def batches(self, assignment: Assignment, call: int) -> tuple[np.ndarray, np.ndarray]:
-        """Deterministic batches from this worker's shard for this round: the round's
-        piece of a shipped text corpus, or all of the prepared shards it was given (those
-        were shared out at the join)."""
-        shipped_whole = self.settings.manifest is None
-        return self.corpus.batches(
-            "train",
-            self.settings.steps_per_call,
-            self.settings.batch_size,
-            self.settings.block_size,
-            stream=(assignment.seed, assignment.round, self.index, call),
-            shard=(assignment.shard_index, assignment.shard_count) if shipped_whole else (0, 1),
-        )
-
-
-@dataclass
-class RoundWork:
-    """What an algorithm's worker side returns for a round."""
-
-    losses: list[float]
-    compute_s: float
-    tensors: list[Tensor]  # the pseudo-gradient, in the order of the parameter specs
-
-
-WorkerRound = Callable[[WorkerSession, Assignment], RoundWork]
 
 
 def join(conn: Connection, hello: Hello, secret: bytes | None) -> tuple[Welcome, SealedConnection]:
@@ -186,56 +151,6 @@ def load_setup(
     return executor, dataset, settings
 
 
-@dataclass
-class InnerState:
-    """Which round's end the executor's inner state is, and the saved states behind it."""
-
-    session: WorkerSession
-    store: InnerStateStore
-    run_id: str
-    after_round: int | None = None  # None: the fresh state from the Setup
-
-    def prepare(self, round_index: int) -> None:
-        """Make the executor hold the state round `round_index` starts from, if saved.
-        A worker that missed rounds goes on from its own last state, as DiLoCo's workers
-        do; but where it ran later rounds and the state before this one is gone (pruned,
-        or damaged), a warning says the run leaves the trajectory it would have had."""
-        if self.after_round == round_index - 1:
-            return
-        saved = self.store.load(self.run_id, before_round=round_index)
-        newest = self.store.newest_round(self.run_id)
-        lost = newest is not None and newest >= round_index
-        if lost and (saved is None or saved[0] != round_index - 1):
-            log.warning(
-                "the inner state this round started from is gone; it starts from "
-                + ("a fresh one" if saved is None else "an older one")
-                + ", so the run is no longer the one it would have been",
-                round=round_index,
-            )
-        if saved is None:
-            return
-        self.after_round, arrays = saved
-        self.session.executor.set_opt_state(arrays)
-        log.info("inner state restored", after_round=self.after_round, for_round=round_index)
-
-    def finished(self, round_index: int) -> None:
-        self.after_round = round_index
-        state = self.session.executor.opt_state()
-        keep = self.session.settings.inner_states_kept
-        self.store.save(self.run_id, self.session.index, round_index, state, keep)
-
-    def refused(self, round_index: int) -> None:
-        """The shepherd refused this round's result (NaN, say): the next round starts
-        from the state this one started from, not from whatever this round left; it is
-        saved again under this round, as if the round had changed nothing."""
-        self.store.forget(round_index)
-        self.after_round = None
-        saved = self.store.load(self.run_id, before_round=round_index)
-        if saved is not None:
-            self.session.executor.set_opt_state(saved[1])
-            self.finished(round_index)
-
-
 def run_worker(options: WorkerOptions, plugins: Any) -> None:
     """Join, then serve rounds until the shepherd says stop."""
     backend = plugins.backend(options.backend)
@@ -282,7 +197,11 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
             options.on_joined()
         session = WorkerSession(welcome.worker_index, executor, corpus, settings)
         worker_round: WorkerRound = plugins.algorithm(settings.algorithm).worker_round
-        serve(conn, session, worker_round, InnerState(session, store, settings.run_id))
+        inner = InnerState(session, store, settings.run_id)
+        if settings.overlap:
+            OverlappedRounds(conn, session, worker_round, inner).serve()
+        else:
+            serve(conn, session, worker_round, inner)
     finally:
         conn.close()
 

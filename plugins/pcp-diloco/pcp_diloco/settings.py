@@ -95,6 +95,13 @@ class DilocoSettings:
         low=0,
         high=MAX_STEPS,
     )
+    overlap: str = setting(
+        "none",
+        "none: a worker waits for the new global parameters after each round; delayed: "
+        "it starts the next round at once from them as last received plus its own last "
+        "round (pcp_core.worker.overlap), so the network hides behind the inner steps.",
+        choices=("none", "delayed"),
+    )
 
 
 @dataclass(frozen=True)

@@ -115,6 +115,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
         # inner state it started from (pcp_core.worker.state)
         inner_states_kept=config.shepherd.checkpoint_every + 1,
         plugins={"diloco": dataclasses.asdict(DilocoWorkerSettings(tuple(reset)))},
+        overlap=diloco.overlap == "delayed",
     )
     status = ctx.status
     status.describe(rounds=rounds, model=config.model, parameters=setup.program.parameter_count)

@@ -1,0 +1,110 @@
+"""What an algorithm's worker side works with in a round (`WorkerSession`), what it
+returns (`RoundWork`), and the inner optimizer state across rounds (`InnerState`): it
+lives on the device and is saved after each round (`pcp_core.worker.state`), so a
+restarted worker, or a round the shepherd asks for again, starts from the state that
+round started from.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import structlog
+
+from pcp_core.backends import Executor
+from pcp_core.wire.messages import Assignment, Tensor, WorkerSettings
+from pcp_core.worker.state import InnerStateStore
+
+log = structlog.get_logger(__name__)
+
+
+@dataclass
+class WorkerSession:
+    """What an algorithm's worker side works with during a round."""
+
+    index: int
+    executor: Executor
+    corpus: Any  # its training data: the shipped tokens, or its assigned shards
+    settings: WorkerSettings
+    # In a round that started before its Assignment arrived (pcp_core.worker.overlap):
+    # once that Assignment is here, how far the shepherd's global parameters are from
+    # those the round started from, given once; the round adds it to its parameters
+    # (and its start) between two calls. None otherwise.
+    global_moved: Callable[[], list[np.ndarray] | None] = field(default=lambda: None)
+
+    def batches(self, assignment: Assignment, call: int) -> tuple[np.ndarray, np.ndarray]:
+        """Deterministic batches from this worker's shard for this round: the round's
+        piece of a shipped text corpus, or all of the prepared shards it was given (those
+        were shared out at the join)."""
+        shipped_whole = self.settings.manifest is None
+        return self.corpus.batches(
+            "train",
+            self.settings.steps_per_call,
+            self.settings.batch_size,
+            self.settings.block_size,
+            stream=(assignment.seed, assignment.round, self.index, call),
+            shard=(assignment.shard_index, assignment.shard_count) if shipped_whole else (0, 1),
+        )
+
+
+@dataclass
+class RoundWork:
+    """What an algorithm's worker side returns for a round."""
+
+    losses: list[float]
+    compute_s: float
+    tensors: list[Tensor]  # the pseudo-gradient, in the order of the parameter specs
+
+
+WorkerRound = Callable[[WorkerSession, Assignment], RoundWork]
+
+
+@dataclass
+class InnerState:
+    """Which round's end the executor's inner state is, and the saved states behind it."""
+
+    session: WorkerSession
+    store: InnerStateStore
+    run_id: str
+    after_round: int | None = None  # None: the fresh state from the Setup
+
+    def prepare(self, round_index: int) -> None:
+        """Make the executor hold the state round `round_index` starts from, if saved.
+        A worker that missed rounds goes on from its own last state, as DiLoCo's workers
+        do; but where it ran later rounds and the state before this one is gone (pruned,
+        or damaged), a warning says the run leaves the trajectory it would have had."""
+        if self.after_round == round_index - 1:
+            return
+        saved = self.store.load(self.run_id, before_round=round_index)
+        newest = self.store.newest_round(self.run_id)
+        lost = newest is not None and newest >= round_index
+        if lost and (saved is None or saved[0] != round_index - 1):
+            log.warning(
+                "the inner state this round started from is gone; it starts from "
+                + ("a fresh one" if saved is None else "an older one")
+                + ", so the run is no longer the one it would have been",
+                round=round_index,
+            )
+        if saved is None:
+            return
+        self.after_round, arrays = saved
+        self.session.executor.set_opt_state(arrays)
+        log.info("inner state restored", after_round=self.after_round, for_round=round_index)
+
+    def finished(self, round_index: int) -> None:
+        self.after_round = round_index
+        state = self.session.executor.opt_state()
+        keep = self.session.settings.inner_states_kept
+        self.store.save(self.run_id, self.session.index, round_index, state, keep)
+
+    def refused(self, round_index: int) -> None:
+        """The shepherd refused this round's result (NaN, say): the next round starts
+        from the state this one started from, not from whatever this round left; it is
+        saved again under this round, as if the round had changed nothing."""
+        self.store.forget(round_index)
+        self.after_round = None
+        saved = self.store.load(self.run_id, before_round=round_index)
+        if saved is not None:
+            self.session.executor.set_opt_state(saved[1])
+            self.finished(round_index)
