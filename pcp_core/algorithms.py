@@ -54,7 +54,7 @@ class Algorithm:
     """Drives a whole run and returns the summary written to summary.json.
 
     A distributed algorithm also gives `worker_round(session, assignment) -> RoundWork`,
-    what a worker does with one round's assignment (see `pcp_core.worker.loop`).
+    what a worker does with one round's assignment (see `pcp_core.worker.session`).
     """
 
     name: str
