@@ -132,6 +132,8 @@ def _times(worker: dict[str, Any]) -> str:
     times = [worker.get(key) for key in ("compute_s", "wait_s", "send_s")]
     if any(t is None for t in times):
         return ""
+    if max(times) < 1:  # short rounds: milliseconds, which tenths of a second would hide
+        return "/".join(f"{1000 * t:.0f}" for t in times) + "ms"
     return "/".join(f"{t:.1f}" for t in times) + "s"
 
 
