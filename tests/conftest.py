@@ -34,9 +34,10 @@ def run_pcp(
 def rehearse(tmp_path: Path) -> Callable[..., Any]:
     """Run DiLoCo for real over a scenario's emulated links (pcp_core.rehearsal.harness).
 
-    Call it as `rehearse(scenario, settings, **run_scenario_options)`; the run directory is
-    under tmp_path. Without root or `ip netns` the test skips, and fails when CI is set,
-    since CI runs as root and a missing kernel feature there is a bug to see.
+    Call it as `rehearse(scenario, settings, name="run", **run_scenario_options)`; the run
+    directory is tmp_path / name. Without root or `ip netns` the test skips, and fails
+    when CI is set, since CI runs as root and a missing kernel feature there is a bug to
+    see.
     """
     from pcp_core.rehearsal.links import requirements_problem
 
@@ -46,9 +47,9 @@ def rehearse(tmp_path: Path) -> Callable[..., Any]:
             pytest.fail(f"the WAN rehearsal cannot run in CI: {problem}")
         pytest.skip(problem)
 
-    def run(scenario: Any, settings: Any, **options: Any) -> Any:
+    def run(scenario: Any, settings: Any, name: str = "run", **options: Any) -> Any:
         from pcp_core.rehearsal.harness import run_scenario
 
-        return run_scenario(scenario, tmp_path / "run", settings, **options)
+        return run_scenario(scenario, tmp_path / name, settings, **options)
 
     return run
