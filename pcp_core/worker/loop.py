@@ -1,10 +1,10 @@
 """The worker: join a shepherd, load the program it ships, train when asked.
 
 The algorithm (named in the shepherd's Setup) decides what a round is; this module
-handles the join handshake, the program and data and heartbeats; the message loop, one
-round at a time or with the next round computing while the last one's result travels
-(when the run asks for it), is `pcp_core.worker.overlap.Rounds`; the inner optimizer
-state across rounds is `pcp_core.worker.session.InnerState`.
+handles the join handshake, the program and data, heartbeats and the message loop, one
+round at a time (`serve`) or with the next round computing while the last one's result
+travels (`pcp_core.worker.overlap`, when the run asks for it); the inner optimizer state
+across rounds is `pcp_core.worker.session.InnerState`.
 
 Losing the shepherd (silent past the timeout, or gone) ends the process with the
 "crashed" exit code; its supervisor starts it again, and it rejoins.
@@ -27,23 +27,31 @@ from pcp_core.data.errors import DataError
 from pcp_core.data.shard_transfer import ShardSource, default_shard_cache, shard_dataset
 from pcp_core.data.text import CharCorpus
 from pcp_core.program.build import TensorSpec
+from pcp_core.shepherd.aggregation import delta_norm
 from pcp_core.wire import auth
 from pcp_core.wire.channel import SealedConnection, session_keys
 from pcp_core.wire.liveness import LiveConnection
 from pcp_core.wire.messages import (
+    Assignment,
     Challenge,
+    Delta,
+    Discard,
     Failure,
+    Fetch,
     Hello,
     Proof,
     Ready,
     Reject,
+    Result,
     Setup,
+    Stop,
     Welcome,
     WorkerSettings,
 )
-from pcp_core.wire.transport import Connection, TransportOptions
-from pcp_core.worker.overlap import Rounds
-from pcp_core.worker.session import InnerState, WorkerRound, WorkerSession
+from pcp_core.wire.transport import Connection, TransportError, TransportOptions
+from pcp_core.worker.clock import NetworkClock
+from pcp_core.worker.overlap import OverlappedRounds
+from pcp_core.worker.session import InnerState, RoundWork, WorkerRound, WorkerSession
 from pcp_core.worker.state import InnerStateStore
 
 log = structlog.get_logger(__name__)
@@ -190,6 +198,44 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         session = WorkerSession(welcome.worker_index, executor, corpus, settings)
         worker_round: WorkerRound = plugins.algorithm(settings.algorithm).worker_round
         inner = InnerState(session, store, settings.run_id)
-        Rounds(conn, session, worker_round, inner, overlap=settings.overlap).serve()
+        if settings.overlap:
+            OverlappedRounds(conn, session, worker_round, inner).serve()
+        else:
+            serve(conn, session, worker_round, inner)
     finally:
         conn.close()
+
+
+def serve(
+    conn: LiveConnection, session: WorkerSession, worker_round: WorkerRound, inner: InnerState
+) -> None:
+    """Rounds until Stop: Assignment -> Result; then Fetch -> Delta, or Discard (also
+    after the Delta, when its tensors failed the shepherd's checks)."""
+    pending: tuple[Assignment, RoundWork] | None = None
+    clock = NetworkClock()
+    while True:
+        message = clock.receive(conn)
+        if isinstance(message, Stop):
+            log.info("stopping", reason=message.reason)
+            return
+        if isinstance(message, Assignment):
+            inner.prepare(message.round)
+            work = worker_round(session, message)
+            inner.finished(message.round)
+            norm = delta_norm([t.array for t in work.tensors])
+            waited_s, sent_s = clock.take()
+            timings = (work.compute_s, norm, waited_s, sent_s)
+            clock.send(conn, Result(message.round, message.attempt, work.losses, *timings))
+            pending = (message, work)
+        elif isinstance(message, Fetch | Discard):
+            asked = (message.round, message.attempt)
+            if pending is None or (pending[0].round, pending[0].attempt) != asked:
+                raise TransportError(f"the shepherd asked about round {asked}, not ours")
+            if isinstance(message, Fetch):  # pending stays: the tensors may fail a check
+                clock.send(conn, Delta(message.round, message.attempt, pending[1].tensors))
+            else:
+                log.warning("result refused", round=message.round, reason=message.reason)
+                inner.refused(message.round)
+                pending = None
+        else:
+            raise TransportError(f"unexpected {type(message).__name__} from the shepherd")

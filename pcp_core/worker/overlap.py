@@ -25,11 +25,8 @@ predicted shard. Whenever the shepherd asks for something else than the round be
 computed (a retried round, one after a refused result, a worker that missed rounds), the
 speculative round is dropped and the asked one runs from the Assignment's parameters,
 as without overlap; a Stop waits for the running round to end.
-
-`Rounds` is a worker's message loop, with overlap or without (one round at a time).
 """
 
-import functools
 import queue
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
@@ -70,14 +67,6 @@ def predicted(done: Assignment, start: list[np.ndarray], names: list[str]) -> As
     )
 
 
-def first_move(moves: queue.SimpleQueue[list[np.ndarray]]) -> list[np.ndarray] | None:
-    """A speculative round's `WorkerSession.global_moved`: the move once it is known."""
-    try:
-        return moves.get_nowait()
-    except queue.Empty:
-        return None
-
-
 @dataclass
 class Speculation:
     """A round computing ahead of its Assignment."""
@@ -86,11 +75,17 @@ class Speculation:
     work: Future[RoundWork]
     moves: queue.SimpleQueue[list[np.ndarray]]  # θ_{r+1} − S_{r+1}, once it is known
 
+    def global_moved(self) -> list[np.ndarray] | None:
+        """For `WorkerSession.global_moved`, called by the round between its calls."""
+        try:
+            return self.moves.get_nowait()
+        except queue.Empty:
+            return None
 
-class Rounds:
-    """A worker's message loop: Assignment -> Result; then Fetch -> Delta, or Discard
-    (also after the Delta, when its tensors failed the shepherd's checks); until Stop.
-    With `overlap`, one round computes ahead (see the module docstring)."""
+
+class OverlappedRounds:
+    """The worker's message loop with one round computing ahead (see the module
+    docstring); `pcp_core.worker.loop.serve` is the loop without."""
 
     def __init__(
         self,
@@ -98,10 +93,8 @@ class Rounds:
         session: WorkerSession,
         worker_round: WorkerRound,
         inner: InnerState,
-        overlap: bool,
     ) -> None:
         self.conn, self.session, self.worker_round, self.inner = conn, session, worker_round, inner
-        self.overlap = overlap
         self.clock = NetworkClock()
         self.compute = ThreadPoolExecutor(1, thread_name_prefix="pcp-round")
         self.speculation: Speculation | None = None
@@ -144,7 +137,7 @@ class Rounds:
 
     def _report(self, assignment: Assignment, work: RoundWork) -> None:
         """Round `assignment.round` is done: save its inner state, send its Result, and
-        with overlap start the next round from θ_r − Δ_r."""
+        start the next round from θ_r − Δ_r."""
         self.inner.finished(assignment.round)
         norm = delta_norm([t.array for t in work.tensors])
         waited_s, sent_s = self.clock.take()
@@ -153,14 +146,13 @@ class Rounds:
             self.conn, Result(assignment.round, assignment.attempt, work.losses, *timings)
         )
         self.pending = (assignment, work)
-        if not self.overlap:
-            return
         global_params = [t.array for t in assignment.tensors]
         following = predicted(assignment, next_start(global_params, work), self.names)
         moves: queue.SimpleQueue[list[np.ndarray]] = queue.SimpleQueue()
-        self.session.global_moved = functools.partial(first_move, moves)
-        work_ahead = self.compute.submit(self.worker_round, self.session, following)
-        self.speculation = Speculation(following, work_ahead, moves)
+        speculation = Speculation(following, Future(), moves)
+        self.session.global_moved = speculation.global_moved
+        speculation.work = self.compute.submit(self.worker_round, self.session, following)
+        self.speculation = speculation
 
     def _settle(self, message: Fetch | Discard) -> None:
         asked = (message.round, message.attempt)
