@@ -24,7 +24,7 @@ import math
 import statistics
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
@@ -190,10 +190,14 @@ class RunningSum:
         for total in sums:
             total.fill(0)
 
-    def add(self, arrays: list[np.ndarray]) -> None:
+    def add(self, arrays: list[np.ndarray], indices: Sequence[int] | None = None) -> None:
+        """Add a delta holding the parameters `indices` (None: all of them); the other
+        parameters' sums stay as they are."""
+        if indices is None:
+            indices = range(len(self.sums))
         with self._lock:
-            for total, array in zip(self.sums, arrays, strict=True):
-                total += array
+            for index, array in zip(indices, arrays, strict=True):
+                self.sums[index] += array
             self.count += 1
 
     def mean_into(self, means: list[np.ndarray]) -> None:

@@ -14,6 +14,10 @@
    told why (`Discard`) and stays connected.
 4. The accepted pseudo-gradients are fetched, a few at a time into staging buffers,
    checked whole and only then added into the sum.
+
+A round may move part of the model (`Scope`, DiLoCo's streaming fragments): its
+pseudo-gradients then hold only the parameters it returns, and a worker that took part
+in the last round is sent only what that round's outer step changed.
 """
 
 import time
@@ -59,12 +63,29 @@ class RoundOutcome:
     seconds: float = 0.0  # the whole attempt, fetching the deltas included
 
 
+@dataclass(frozen=True)
+class Scope:
+    """The parameters a round moves, as indices into the parameter specs (None: all).
+
+    `returned`: what each pseudo-gradient holds. `refreshed`: what a worker whose result
+    the last round accepted is sent, the parameters that round's outer step changed
+    (it holds all the others as they are); any other worker is sent all of them.
+    Rounds of one `key` share their norm reference (`NormBound`): a fragment's norms
+    compare with that fragment's."""
+
+    key: int = 0
+    returned: tuple[int, ...] | None = None
+    refreshed: tuple[int, ...] | None = None
+
+
 @dataclass
 class RoundPlan:
     round: int
     attempt: int
     params: list[np.ndarray]
     assignments: dict[int, Assignment]  # worker index -> its assignment, tensors empty
+    sent: dict[int, tuple[int, ...]]  # worker index -> the parameters it is sent
+    returned: tuple[int, ...]  # the parameters each pseudo-gradient holds
     deadline_s: float | None  # None: set by the first report (see the module docstring)
     worker_timeout_s: float
     status: RunStatus = field(default_factory=lambda: RunStatus(log_progress=False))
@@ -100,7 +121,7 @@ def _collect_reports(
 
     def exchange(link: WorkerLink) -> Result | None:
         assignment = plan.assignments[link.index]
-        assignment.tensors = tensors
+        assignment.tensors = [tensors[i] for i in plan.sent[link.index]]
         link.conn.send(assignment)
         plan.status.worker_state(
             link.index, "training", plan.round, inner_steps=assignment.inner_steps
@@ -222,10 +243,11 @@ def _fetch(
     outcome: RoundOutcome,
 ) -> None:
     def fetch(link: WorkerLink, result: Result) -> None:
-        with staging.buffer() as arrays:
+        with staging.buffer() as buffer:
+            arrays = [buffer[i] for i in plan.returned]
             try:
                 link.conn.send(Fetch(plan.round, plan.attempt))
-                sink = DeltaSink(arrays, staging.specs)
+                sink = DeltaSink(arrays, [staging.specs[i] for i in plan.returned])
                 reply = link.conn.receive(sink)
                 if not isinstance(reply, Delta):
                     raise TransportError(f"expected a Delta, got {type(reply).__name__}")
@@ -242,7 +264,7 @@ def _fetch(
             except BadResult as error:
                 _refuse(link, plan, error, outcome)
                 return
-            total.add(arrays)
+            total.add(arrays, plan.returned)
         outcome.results[link.index] = result
         outcome.senders[link.index] = link.hello.worker_name
         plan.status.worker_state(link.index, "ready", plan.round)

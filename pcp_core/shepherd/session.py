@@ -26,7 +26,13 @@ import structlog
 
 from pcp_core.shepherd.admission import Admission, WorkerLink
 from pcp_core.shepherd.aggregation import NormBound, RunningSum, StagingPool
-from pcp_core.shepherd.rounds import DEADLINE_FACTOR, RoundOutcome, RoundPlan, run_attempt
+from pcp_core.shepherd.rounds import (
+    DEADLINE_FACTOR,
+    RoundOutcome,
+    RoundPlan,
+    Scope,
+    run_attempt,
+)
 from pcp_core.wire.messages import Assignment, Stop
 from pcp_core.wire.transport import TransportError
 
@@ -61,9 +67,13 @@ class Shepherd:
     links: dict[int, WorkerLink] = field(default_factory=dict)
     still_coming: Callable[[], bool] = lambda: True  # may more workers still join?
     _durations: deque[float] = field(default_factory=lambda: deque(maxlen=DEADLINE_HISTORY))
-    _bound: NormBound = field(default_factory=NormBound)
+    _bounds: dict[int, NormBound] = field(default_factory=dict)  # by Scope.key
+    # the links whose results the last round accepted: they hold the global parameters
+    # but for what its outer step changed (Scope.refreshed)
+    _current: list[WorkerLink] = field(default_factory=list)
     _staging: StagingPool | None = None
     _sums: list[np.ndarray] = field(default_factory=list)  # a round's, float64
+    _bound_of_last: NormBound = field(default_factory=NormBound)  # the last round's
     _stop_reason: str = "done"
 
     @property
@@ -151,6 +161,7 @@ class Shepherd:
         assignment_for: Callable[[int], Assignment],
         excluded: dict[str, str] | None = None,
         first_attempt: int = 0,
+        scope: Scope = Scope(),
     ) -> RoundOutcome:
         """The mean of the accepted pseudo-gradients of a round, into `delta_mean`.
 
@@ -159,8 +170,11 @@ class Shepherd:
         reason given there. Returns once at least `min_workers` results were accepted.
         Attempts are numbered from `first_attempt` (a round run again after its outer step
         was rolled back goes on counting, so no earlier result passes for a new one).
+        `scope` says which parameters the round sends and gets back (all by default).
         """
         specs = self.admission.setup.program.param_specs
+        everything = tuple(range(len(specs)))
+        bound = self._bounds.setdefault(scope.key, NormBound())
         if self._staging is None:
             self._staging = StagingPool(specs)
             self._sums = [np.zeros(spec.shape, np.float64) for spec in specs]
@@ -168,28 +182,36 @@ class Shepherd:
         while True:
             self._wait_for_quorum(round_index)
             links = sorted(self.links.values(), key=lambda link: link.index)
-            assignments = {}
+            assignments, sent = {}, {}
             for link in links:
                 assignments[link.index] = assignment_for(link.index)
                 assignments[link.index].attempt = attempt
+                current = attempt == 0 and any(link is held for held in self._current)
+                refreshed = scope.refreshed if current else None
+                sent[link.index] = everything if refreshed is None else refreshed
+            self._current = []
             plan = RoundPlan(
                 round_index,
                 attempt,
                 params,
                 assignments,
+                sent,
+                everything if scope.returned is None else scope.returned,
                 self._deadline(),
                 self.limits.worker_timeout_s,
                 self.admission.status,
                 dict(excluded or {}),
             )
             total = RunningSum(self._sums)
-            outcome = run_attempt(plan, links, total, self._staging, self._bound)
+            outcome = run_attempt(plan, links, total, self._staging, bound)
             for link in outcome.lost:
                 self._drop(link)
             if len(outcome.results) >= self.limits.min_workers:
                 total.mean_into(delta_mean)
                 self._durations.append(outcome.report_s)
-                self._bound.remember([r.norm for r in outcome.results.values()])
+                bound.remember([r.norm for r in outcome.results.values()])
+                self._bound_of_last = bound
+                self._current = [link for link in links if link.index in outcome.results]
                 return outcome
             every_one_non_finite = outcome.non_finite and outcome.non_finite == set(
                 outcome.rejected
@@ -223,8 +245,10 @@ class Shepherd:
 
     def rolled_back(self) -> None:
         """The last round's outer step was undone: its norms are no reference for later
-        rounds' (they may hold the very outlier that caused it)."""
-        self._bound.forget_last()
+        rounds' (they may hold the very outlier that caused it), and no worker holds the
+        global parameters the round is run again from."""
+        self._bound_of_last.forget_last()
+        self._current = []
 
     def _wait_for_quorum(self, round_index: int) -> None:
         self.admit_returning()

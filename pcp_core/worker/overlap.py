@@ -3,35 +3,33 @@ result starts the next round at once instead of idling while its pseudo-gradient
 travels, the outer step is taken and the new global parameters come back; it folds
 those in when they arrive, a few steps into the round.
 
-Round r's Assignment carries the shepherd's global parameters θ_r. Having run round r
-from its start S_r to its local parameters L_r, the worker sends Δ_r = S_r − L_r as
-always and starts round r + 1 from its own end, L_r moved onto θ_r:
-
-    S_{r+1} = θ_r − Δ_r        (= L_r + (θ_r − S_r))
-
-When the Assignment of round r + 1 arrives with θ_{r+1}, the round (DiLoCo's worker
-side) adds θ_{r+1} − S_{r+1} to its parameters and to its start between two calls
-(`WorkerSession.global_moved`): from then on it computes where a blocking worker would,
-plus the steps it took meanwhile, and its Δ (start − end) is unchanged by the move. Only
-the steps before the move were taken from a stale point, as in Streaming DiLoCo's
-overlapped communication (Douillard et al., 2025), here with a full outer step.
+Round r's Assignment carries the shepherd's global parameters θ_r (with streaming
+fragments, the part of them the last round changed). Having run round r, the worker
+sends its pseudo-gradient as always and starts round r + 1 from where round r left its
+parameters, with no tensors in its (predicted) Assignment. When the real Assignment of
+round r + 1 arrives, the round (DiLoCo's worker side, `pcp_diloco.worker_side`) takes
+its tensors in between two calls (`WorkerSession.arrived`): each parameter moves by how
+far the new global value is from the one the last pseudo-gradient was measured from.
+From then on it computes where a blocking worker would, plus the steps it took
+meanwhile, whose progress goes into its next pseudo-gradient. Only the steps before the
+fold were taken from a stale point, as in Streaming DiLoCo's overlapped communication
+(Douillard et al., 2025), here with a full outer step.
 
 A Result waits for its round's Assignment (the shepherd expects results for the round it
-is in), and the round after it waits for that Assignment too: at most one round is in
-flight, so a round takes max(compute, network) instead of their sum. The next round's
-data shard is predicted (the shepherd rotates shards by one a round); a worker that
-joins or leaves can make the prediction differ, and the speculative round keeps the
-predicted shard. Whenever the shepherd asks for something else than the round being
-computed (a retried round, one after a refused result, a worker that missed rounds), the
-speculative round is dropped and the asked one runs from the Assignment's parameters,
-as without overlap; a Stop waits for the running round to end.
+is in; a round that ends first waits for it to fold it in), so at most one round is in
+flight: a round takes max(compute, network) instead of their sum. The next round's data
+shard is predicted (the shepherd rotates shards by one a round); a worker that joins or
+leaves can make the prediction differ, and the speculative round keeps the predicted
+shard. Whenever the shepherd asks for something else than the round being computed (a
+retried round, one after a refused result, a worker that missed rounds), the speculative
+round is stopped at its next call and dropped, and the asked one runs from the
+Assignment's parameters (then all of them), as without overlap; a Stop does the same.
 """
 
 import queue
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-import numpy as np
 import structlog
 
 from pcp_core.shepherd.aggregation import delta_norm
@@ -44,26 +42,19 @@ from pcp_core.worker.session import InnerState, RoundWork, WorkerRound, WorkerSe
 log = structlog.get_logger(__name__)
 
 
-def no_move() -> None:
-    """`WorkerSession.global_moved` outside a speculative round."""
-    return None
+class SpeculationDropped(Exception):
+    """Ends a speculative round that will not be reported."""
 
 
-def next_start(global_params: list[np.ndarray], work: RoundWork) -> list[np.ndarray]:
-    """θ_r − Δ_r: where the next round starts (see the module docstring)."""
-    return [g - d.array for g, d in zip(global_params, work.tensors, strict=True)]
-
-
-def predicted(done: Assignment, start: list[np.ndarray], names: list[str]) -> Assignment:
-    """The Assignment the shepherd will most likely send after `done`, with `start` as
-    its parameters."""
+def predicted(done: Assignment) -> Assignment:
+    """The Assignment the shepherd will most likely send after `done`, without tensors:
+    the round goes on from the worker's own parameters until the real one arrives."""
     return Assignment(
         done.round + 1,
         done.inner_steps,
         (done.shard_index + 1) % done.shard_count,
         done.shard_count,
         done.seed,
-        [Tensor(name, array) for name, array in zip(names, start, strict=True)],
     )
 
 
@@ -71,16 +62,30 @@ def predicted(done: Assignment, start: list[np.ndarray], names: list[str]) -> As
 class Speculation:
     """A round computing ahead of its Assignment."""
 
-    assignment: Assignment  # the predicted one, its tensors the start
-    work: Future[RoundWork]
-    moves: queue.SimpleQueue[list[np.ndarray]]  # θ_{r+1} − S_{r+1}, once it is known
+    assignment: Assignment  # the predicted one
+    work: Future[RoundWork] = field(default_factory=Future)
+    # the real Assignment's tensors, once here; None: the round is dropped
+    arrivals: queue.SimpleQueue[list[Tensor] | None] = field(default_factory=queue.SimpleQueue)
+    taken: bool = False
 
-    def global_moved(self) -> list[np.ndarray] | None:
-        """For `WorkerSession.global_moved`, called by the round between its calls."""
+    def arrived(self, wait: bool) -> list[Tensor] | None:
+        """For `WorkerSession.arrived`, called by the round between its calls and at
+        its end: the tensors once, then None; SpeculationDropped once dropped."""
+        if self.taken:
+            return None
         try:
-            return self.moves.get_nowait()
+            tensors = self.arrivals.get(block=wait)
         except queue.Empty:
             return None
+        if tensors is None:
+            raise SpeculationDropped
+        self.taken = True
+        return tensors
+
+
+def not_speculating(wait: bool) -> None:
+    """`WorkerSession.arrived` outside a speculative round."""
+    return None
 
 
 class OverlappedRounds:
@@ -99,7 +104,6 @@ class OverlappedRounds:
         self.compute = ThreadPoolExecutor(1, thread_name_prefix="pcp-round")
         self.speculation: Speculation | None = None
         self.pending: tuple[Assignment, RoundWork] | None = None  # sent, not yet settled
-        self.names = [spec.name for spec in session.executor.param_specs]
 
     def serve(self) -> None:
         """Rounds until Stop."""
@@ -124,11 +128,9 @@ class OverlappedRounds:
         if speculation is not None:
             ahead = speculation.assignment
             if (ahead.round, 0) == (assignment.round, assignment.attempt):
-                start = [t.array for t in ahead.tensors]
-                moved = [t.array - s for t, s in zip(assignment.tensors, start, strict=True)]
-                speculation.moves.put(moved)
+                speculation.arrivals.put(assignment.tensors)
                 work = speculation.work.result()
-                self.session.global_moved = no_move
+                self.session.arrived = not_speculating
                 self._report(assignment, work)
                 return
             self._drop(speculation)
@@ -137,7 +139,7 @@ class OverlappedRounds:
 
     def _report(self, assignment: Assignment, work: RoundWork) -> None:
         """Round `assignment.round` is done: save its inner state, send its Result, and
-        start the next round from θ_r − Δ_r."""
+        start the next round from where this one ended."""
         self.inner.finished(assignment.round)
         norm = delta_norm([t.array for t in work.tensors])
         waited_s, sent_s = self.clock.take()
@@ -146,12 +148,11 @@ class OverlappedRounds:
             self.conn, Result(assignment.round, assignment.attempt, work.losses, *timings)
         )
         self.pending = (assignment, work)
-        global_params = [t.array for t in assignment.tensors]
-        following = predicted(assignment, next_start(global_params, work), self.names)
-        moves: queue.SimpleQueue[list[np.ndarray]] = queue.SimpleQueue()
-        speculation = Speculation(following, Future(), moves)
-        self.session.global_moved = speculation.global_moved
-        speculation.work = self.compute.submit(self.worker_round, self.session, following)
+        speculation = Speculation(predicted(assignment))
+        self.session.arrived = speculation.arrived
+        speculation.work = self.compute.submit(
+            self.worker_round, self.session, speculation.assignment
+        )
         self.speculation = speculation
 
     def _settle(self, message: Fetch | Discard) -> None:
@@ -173,9 +174,10 @@ class OverlappedRounds:
             self._drop(speculation)
 
     def _drop(self, speculation: Speculation) -> None:
-        """Wait for a speculative round to end and forget it: the executor's inner state
-        is then not the one the store says, so the next round restores it."""
+        """Stop a speculative round at its next call and forget it: the executor's inner
+        state is then not the one the store says, so the next round restores it."""
+        speculation.arrivals.put(None)
         speculation.work.exception()  # its end, whatever it was
-        self.session.global_moved = no_move
+        self.session.arrived = not_speculating
         self.inner.after_round = None
         log.info("speculative round dropped", round=speculation.assignment.round)

@@ -28,10 +28,13 @@ class WorkerSession:
     corpus: Any  # its training data: the shipped tokens, or its assigned shards
     settings: WorkerSettings
     # In a round that started before its Assignment arrived (pcp_core.worker.overlap):
-    # once that Assignment is here, how far the shepherd's global parameters are from
-    # those the round started from, given once; the round adds it to its parameters
-    # (and its start) between two calls. None otherwise.
-    global_moved: Callable[[], list[np.ndarray] | None] = field(default=lambda: None)
+    # `arrived(wait)` gives that Assignment's tensors once they are here (None before,
+    # or when not waiting; always None in a round that had them from the start), for the
+    # round to fold in between two calls; `wait` blocks until they come.
+    arrived: Callable[[bool], list[Tensor] | None] = field(default=lambda wait: None)
+    # The global parameters as this worker last took them in, by parameter: what its
+    # pseudo-gradients are measured from (DiLoCo keeps it across rounds). None: none yet.
+    anchor: list[np.ndarray] | None = None
 
     def batches(self, assignment: Assignment, call: int) -> tuple[np.ndarray, np.ndarray]:
         """Deterministic batches from this worker's shard for this round: the round's

@@ -4,7 +4,7 @@ what its worker side is told with the program."""
 
 from dataclasses import dataclass
 
-from pcp_core.config import MAX_STEPS
+from pcp_core.config import MAX_STEPS, ConfigError
 from pcp_core.settings import setting
 
 # Named exponents of --inner-lr-scaling (see DilocoSettings.inner_lr_scaling).
@@ -102,12 +102,35 @@ class DilocoSettings:
         "round (pcp_core.worker.overlap), so the network hides behind the inner steps.",
         choices=("none", "delayed"),
     )
+    fragments: int = setting(
+        1,
+        "Streaming fragments P: the parameters split into P groups, each synchronised "
+        "every --inner-steps steps, one group a round of H/P steps, so a round moves 1/P "
+        "of the model each way (pcp_diloco.fragments). 1: the whole model every round.",
+        low=1,
+        high=64,
+    )
+
+    def validate(self) -> None:
+        """The checks across fields, after each field's own."""
+        if self.inner_steps % self.fragments:
+            raise ConfigError(
+                f"diloco.inner_steps ({self.inner_steps}) must be a multiple of fragments "
+                f"({self.fragments}): a round is inner_steps / fragments steps"
+            )
+
+    @property
+    def round_steps(self) -> int:
+        """Inner steps a round takes: H, or H/P with streaming fragments."""
+        return self.inner_steps // self.fragments
 
 
 @dataclass(frozen=True)
 class DilocoWorkerSettings:
     """What DiLoCo's worker side is told with its program (its slot of the Setup's
-    settings): the inner-state tensors it zeroes at each round's start (its momentum,
-    under `--inner-momentum reset`)."""
+    settings): the inner-state tensors it zeroes at a round's start (its momentum, under
+    `--inner-momentum reset`: for the parameters the last round synchronised), and the
+    number of streaming fragments."""
 
     zero_at_round_start: tuple[str, ...] = ()
+    fragments: int = 1

@@ -19,11 +19,12 @@ from pcp_core.optimizers import OuterSettings, OuterStep
 from pcp_core.program import checkpoint
 from pcp_core.program.training import prepare
 from pcp_core.shepherd import distributed
-from pcp_core.shepherd.rounds import RoundOutcome
+from pcp_core.shepherd.rounds import RoundOutcome, Scope
 from pcp_core.shepherd.session import Shepherd
 from pcp_core.shepherd.step_guard import StepGuard, outliers
 from pcp_core.shepherd.utilisation import Utilisation
 from pcp_core.wire.messages import Assignment, RunSettings
+from pcp_diloco.fragments import of_round, split
 from pcp_diloco.settings import DilocoSettings, DilocoWorkerSettings, lr_exponent
 
 log = structlog.get_logger(__name__)
@@ -31,14 +32,14 @@ log = structlog.get_logger(__name__)
 
 def plan(config: RunConfig) -> tuple[RunConfig, int]:
     """The config the workers' program is built from, and the number of rounds: a
-    steps-per-call that divides H, the inner learning rates of `inner_lr_scale` and the
-    warm-up of `inner_warmup_steps`."""
+    steps-per-call that divides a round's steps (H, or H/P with P fragments), the inner
+    learning rates of `inner_lr_scale` and the warm-up of `inner_warmup_steps`."""
     diloco: DilocoSettings = config.settings("diloco")
     if config.steps % diloco.inner_steps:
         raise ConfigError(
             f"steps ({config.steps}) must be a multiple of inner_steps ({diloco.inner_steps})"
         )
-    steps_per_call = math.gcd(config.steps_per_call, diloco.inner_steps)
+    steps_per_call = math.gcd(config.steps_per_call, diloco.round_steps)
     scale = inner_lr_scale(config)
     planned = dataclasses.replace(
         config,
@@ -47,7 +48,7 @@ def plan(config: RunConfig) -> tuple[RunConfig, int]:
         min_lr=config.final_lr() * scale,
         warmup_steps=inner_warmup_steps(config),
     )
-    return planned, config.steps // diloco.inner_steps
+    return planned, config.steps // diloco.round_steps
 
 
 def inner_lr_scale(config: RunConfig) -> float:
@@ -92,7 +93,11 @@ def run(ctx: RunContext) -> dict[str, Any]:
         log.info("inner learning rate", lr=config.lr, min_lr=config.min_lr, of_lr=ctx.config.lr,
                  workers=config.shepherd.workers, warmup_steps=config.warmup_steps)  # fmt: skip
     params = setup.initial_params()
-    outer_step = outer.create(OuterSettings(diloco.outer_lr, diloco.outer_momentum), params)
+    fragments = split_fragments(setup, diloco.fragments)
+    outer_step = FragmentSteps(
+        [[params[i] for i in indices] for indices in fragments],
+        lambda part: outer.create(OuterSettings(diloco.outer_lr, diloco.outer_momentum), part),
+    )
     state = RunState(run_id=uuid.uuid4().hex)
     if ctx.resume:
         state = resume(ctx, setup, params, outer_step)
@@ -102,9 +107,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 "pass a larger --steps to train further"
             )
     delta = [np.zeros_like(p) for p in params]  # the mean of a round's pseudo-gradients
-    guard = StepGuard(params)
-    outer = OuterUpdate(outer_step, diloco.outer_warmup_rounds)
-    tokens_per_round = diloco.inner_steps * setup.tokens_per_step()
+    guards = [StepGuard([params[i] for i in indices]) for indices in fragments]
+    tokens_per_round = diloco.round_steps * setup.tokens_per_step()
     record: dict[str, Any] = {}
 
     reset = momentum_to_reset(config, ctx.plugins, setup.program)
@@ -114,7 +118,9 @@ def run(ctx: RunContext) -> dict[str, Any]:
         # a resumed run asks again for up to checkpoint_every rounds: each needs the
         # inner state it started from (pcp_core.worker.state)
         inner_states_kept=config.shepherd.checkpoint_every + 1,
-        plugins={"diloco": dataclasses.asdict(DilocoWorkerSettings(tuple(reset)))},
+        plugins={
+            "diloco": dataclasses.asdict(DilocoWorkerSettings(tuple(reset), diloco.fragments))
+        },
         overlap=diloco.overlap == "delayed",
     )
     status = ctx.status
@@ -129,12 +135,19 @@ def run(ctx: RunContext) -> dict[str, Any]:
 
             def assignment(worker: int, index: int = index, shards: int = shards) -> Assignment:
                 return Assignment(
-                    index, diloco.inner_steps, (worker + index) % shards, shards, config.seed
+                    index, diloco.round_steps, (worker + index) % shards, shards, config.seed
                 )
 
-            outcome = guarded_round(shepherd, guard, index, params, delta, assignment, outer)
+            synced = of_round(index, len(fragments))
+            round_ = FragmentRound(
+                Scope(synced, fragments[synced], fragments[of_round(index - 1, len(fragments))]),
+                OuterUpdate(outer_step.steps[synced], diloco.outer_warmup_rounds),
+                guards[synced],
+                index // len(fragments),
+            )
+            outcome = guarded_round(shepherd, round_, index, params, delta, assignment)
 
-            step = (index + 1) * diloco.inner_steps
+            step = (index + 1) * diloco.round_steps
             tail = config.steps_per_call
             worker_losses = {
                 str(w): float(np.mean(r.losses[-tail:])) for w, r in sorted(outcome.results.items())
@@ -143,7 +156,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 status.worker_result(
                     worker,
                     worker_losses[str(worker)],
-                    diloco.inner_steps,
+                    diloco.round_steps,
                     tokens_per_round,
                     result.compute_s,
                     result.waited_s,
@@ -170,7 +183,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 "compute_s": round(compute_s, 4),
                 "communication_s": round(max(outcome.seconds - compute_s, 0.0), 4),
             }
-            evaluate = setup.evaluates_after(step, diloco.inner_steps)
+            evaluate = setup.evaluates_after(step, diloco.round_steps)
             if evaluate:
                 status.set_state("evaluating", round=index)
                 state.val_loss = setup.validation_loss(params)
@@ -206,30 +219,86 @@ def run(ctx: RunContext) -> dict[str, Any]:
     }
 
 
+def split_fragments(setup: Any, count: int) -> list[tuple[int, ...]]:
+    """The parameter indices of each streaming fragment (`pcp_diloco.fragments`)."""
+    sizes = [int(np.prod(spec.shape)) for spec in setup.program.param_specs]
+    try:
+        return split(sizes, count)
+    except ValueError as error:
+        raise ConfigError(f"diloco.{error}") from None
+
+
+class FragmentSteps:
+    """One outer optimizer per fragment, over that fragment's parameters: a fragment's
+    momentum moves only when the fragment is synchronised. With one fragment its state
+    is the outer optimizer's own (checkpoints read as before fragments existed)."""
+
+    def __init__(
+        self, parts: list[list[np.ndarray]], create: Callable[[list[np.ndarray]], OuterStep]
+    ) -> None:
+        self.steps = [create(part) for part in parts]
+
+    def _prefix(self, index: int) -> str:
+        return "" if len(self.steps) == 1 else f"fragment{index}."
+
+    def state(self) -> dict[str, np.ndarray]:
+        return {
+            self._prefix(i) + name: array
+            for i, step in enumerate(self.steps)
+            for name, array in step.state().items()
+        }
+
+    def load_state(self, state: dict[str, np.ndarray]) -> None:
+        for i, step in enumerate(self.steps):
+            prefix = self._prefix(i)
+            names = step.state().keys()
+            missing = [prefix + name for name in names if prefix + name not in state]
+            if missing:
+                raise checkpoint.CheckpointError(
+                    f"the checkpoint has no outer state {missing[0]!r}: was it saved with "
+                    f"another diloco.fragments than {len(self.steps)}?"
+                )
+            step.load_state({name: state[prefix + name] for name in names})
+
+
 @dataclass
 class OuterUpdate:
-    """The outer step of a round: the plain average of the workers' models for the first
-    `warmup_rounds` rounds, the outer optimizer's step after."""
+    """The outer step of a fragment: the plain average of the workers' models for its
+    first `warmup_rounds` synchronisations, the outer optimizer's step after."""
 
     step: OuterStep
     warmup_rounds: int
 
-    def __call__(self, index: int, params: list[np.ndarray], delta: list[np.ndarray]) -> None:
-        if index < self.warmup_rounds:
+    def __call__(self, sync: int, params: list[np.ndarray], delta: list[np.ndarray]) -> None:
+        if sync < self.warmup_rounds:
             for theta, mean in zip(params, delta, strict=True):
                 theta -= mean
         else:
             self.step(params, delta)
 
 
+@dataclass
+class FragmentRound:
+    """What a round synchronises (the whole model, or one fragment) and how: its scope,
+    the fragment's outer step and guard, and how many times the fragment was
+    synchronised before."""
+
+    scope: Scope
+    outer: OuterUpdate
+    guard: StepGuard
+    sync: int
+
+    def part(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        return [arrays[i] for i in self.scope.returned or range(len(arrays))]
+
+
 def guarded_round(
     shepherd: Shepherd,
-    guard: StepGuard,
+    round_: FragmentRound,
     index: int,
     params: list[np.ndarray],
     delta: list[np.ndarray],
     assignment: Callable[[int], Assignment],
-    outer: OuterUpdate,
 ) -> RoundOutcome:
     """Run round `index` and apply its outer step, unless the guard finds the step
     implausible (`pcp_core.shepherd.step_guard`): then it is undone and the round runs again
@@ -237,14 +306,17 @@ def guarded_round(
     result explains means the run diverged: FloatingPointError, before any checkpoint."""
     excluded: dict[str, str] = {}
     attempt = 0
+    mine, guard, step = round_.part(params), round_.guard, round_.outer.step
     while True:
-        outcome = shepherd.run_round(index, params, delta, assignment, excluded, attempt)
-        guard.keep(params, outer.step.state())
-        outer(index, params, delta)
-        problem = guard.judge(params)
+        outcome = shepherd.run_round(
+            index, params, delta, assignment, excluded, attempt, round_.scope
+        )
+        guard.keep(mine, step.state())
+        round_.outer(round_.sync, mine, round_.part(delta))
+        problem = guard.judge(mine)
         if problem is None:
             return outcome
-        guard.restore(params, outer.step)
+        guard.restore(mine, step)
         shepherd.rolled_back()
         norms = {outcome.senders[w]: result.norm for w, result in outcome.results.items()}
         culprits = [name for name in outliers(norms) if name not in excluded]

@@ -1,42 +1,122 @@
-"""A DiLoCo round on a worker: H inner steps from the global params, return the change.
+"""A DiLoCo round on a worker: inner steps from the global parameters, return the change.
 
-In an overlapped round (`--overlap delayed`, `pcp_core.worker.overlap`) the shepherd's
-new global parameters arrive while the steps run; their move is added to the parameters
-and to the start between two calls, which leaves the change (start − end) as it is.
+The worker keeps its anchor (`WorkerSession.anchor`): the global parameters as it last
+took them in. A round's Assignment carries global parameters, all of them or, with
+streaming fragments (`pcp_diloco.fragments`), the fragment the last round synchronised;
+the worker takes those as its parameters and its anchor. It then runs the round's steps
+and returns the pseudo-gradient anchor − parameters of the fragment this round
+synchronises (the whole model without fragments), and takes its parameters there as
+that fragment's anchor: with overlapped rounds the next round starts from them at once.
+
+In an overlapped round (`--overlap delayed`, `pcp_core.worker.overlap`) the Assignment
+arrives while the steps run: each parameter it carries moves by (new global − anchor)
+between two calls and the anchor becomes the new global, which keeps the progress made
+since the synchronisation and leaves the pseudo-gradient (anchor − parameters) as it
+is. A round that ends before its Assignment waits for it, so every round returns a
+pseudo-gradient measured from the global parameters it was assigned.
 
 The inner optimizer's state carries over from the worker's last round, but for the
 tensors the shepherd names in `DilocoWorkerSettings.zero_at_round_start` (its momentum,
-see `DilocoSettings.inner_momentum`)."""
+see `DilocoSettings.inner_momentum`), zeroed for the parameters the round refreshes."""
 
 import time
 
+import numpy as np
+
 from pcp_core.backends import zero_opt_tensors
 from pcp_core.wire.messages import Assignment, Tensor
+from pcp_core.wire.transport import TransportError
 from pcp_core.worker.session import RoundWork, WorkerSession
+from pcp_diloco.fragments import of_round, split
 from pcp_diloco.settings import DilocoWorkerSettings
 
 
 def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
-    global_params = [t.array for t in assignment.tensors]
     executor = session.executor
-    executor.set_params(global_params)
     told = DilocoWorkerSettings(**session.settings.plugins.get("diloco", {}))
-    zeroed = set(told.zero_at_round_start)
-    if zeroed:
-        zero_opt_tensors(executor, zeroed)
+    fragments = split([int(np.prod(spec.shape)) for spec in executor.param_specs], told.fragments)
+    if assignment.tensors:
+        take_in(session, assignment.tensors, fold=False)
+        refreshed = positions(session, assignment.tensors)
+    elif session.anchor is None:
+        raise TransportError(f"round {assignment.round} came without the global parameters")
+    else:  # overlapped: the Assignment is on its way
+        refreshed = fragments[of_round(assignment.round - 1, len(fragments))]
+    zero_momentum(session, told, refreshed)
     steps_per_call = session.settings.steps_per_call
     started = time.perf_counter()
     losses: list[float] = []
     for call in range(assignment.inner_steps // steps_per_call):
         losses.extend(float(v) for v in executor.run(*session.batches(assignment, call)))
-        moved = session.global_moved()
-        if moved is not None:  # an overlapped round: fold the new global parameters in
-            executor.set_params([p + m for p, m in zip(executor.params(), moved, strict=True)])
-            global_params = [g + m for g, m in zip(global_params, moved, strict=True)]
-    local_params = executor.params()
+        arrived = session.arrived(False)
+        if arrived is not None:
+            take_in(session, arrived, fold=True)
+    arrived = session.arrived(True)  # a round that ended before its Assignment
+    if arrived is not None:
+        take_in(session, arrived, fold=True)
     compute_s = time.perf_counter() - started
-    pseudo_gradient = [
-        Tensor(spec.name, g - local)
-        for spec, g, local in zip(executor.param_specs, global_params, local_params, strict=True)
-    ]
-    return RoundWork(losses, compute_s, pseudo_gradient)
+    return RoundWork(losses, compute_s, synchronise(session, fragments, assignment.round))
+
+
+def positions(session: WorkerSession, tensors: list[Tensor]) -> tuple[int, ...]:
+    """The parameter indices of `tensors`, refusing a name the program does not have."""
+    index = {spec.name: i for i, spec in enumerate(session.executor.param_specs)}
+    unknown = [t.name for t in tensors if t.name not in index]
+    if unknown:
+        raise TransportError(f"the shepherd sent parameters the program lacks: {unknown[:3]}")
+    return tuple(index[t.name] for t in tensors)
+
+
+def take_in(session: WorkerSession, tensors: list[Tensor], fold: bool) -> None:
+    """Take global parameters in as the anchor: as the parameters themselves, or (`fold`)
+    moving them by how far the global ones are from the anchor."""
+    executor = session.executor
+    where = positions(session, tensors)
+    whole = len(set(where)) == len(executor.param_specs) and not fold
+    if session.anchor is None and not whole:
+        raise TransportError("the shepherd sent part of the parameters to a worker without them")
+    if whole:  # the whole model, as it is: no need to read the parameters back
+        ordered = [np.empty(0)] * len(where)
+        for i, tensor in zip(where, tensors, strict=True):
+            ordered[i] = tensor.array
+        session.anchor = ordered
+        executor.set_params(list(ordered))
+        return
+    anchor = session.anchor
+    params = executor.params()
+    for i, tensor in zip(where, tensors, strict=True):
+        params[i] = params[i] + (tensor.array - anchor[i]) if fold else tensor.array
+        anchor[i] = tensor.array
+    executor.set_params(params)
+
+
+def zero_momentum(
+    session: WorkerSession, told: DilocoWorkerSettings, refreshed: tuple[int, ...]
+) -> None:
+    """Zero the named inner-state tensors of the parameters just refreshed."""
+    if not told.zero_at_round_start:
+        return
+    specs = session.executor.param_specs
+    if len(refreshed) == len(specs):
+        zero_opt_tensors(session.executor, set(told.zero_at_round_start))
+        return
+    suffixes = tuple(f"['{specs[i].name}']" for i in refreshed)
+    zero_opt_tensors(
+        session.executor, {name for name in told.zero_at_round_start if name.endswith(suffixes)}
+    )
+
+
+def synchronise(
+    session: WorkerSession, fragments: list[tuple[int, ...]], round_index: int
+) -> list[Tensor]:
+    """The pseudo-gradient of the fragment this round synchronises, anchor − parameters;
+    the parameters become that fragment's anchor."""
+    anchor = session.anchor
+    assert anchor is not None  # taken in at the round's start
+    local = session.executor.params()
+    specs = session.executor.param_specs
+    pseudo_gradient = []
+    for i in fragments[of_round(round_index, len(fragments))]:
+        pseudo_gradient.append(Tensor(specs[i].name, anchor[i] - local[i]))
+        anchor[i] = local[i]
+    return pseudo_gradient

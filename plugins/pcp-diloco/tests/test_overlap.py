@@ -4,28 +4,21 @@ result travels, and the new global parameters are folded in when they arrive."""
 import json
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from pcp_core import run
 from pcp_core.config import RunConfig
-from pcp_core.wire.messages import Assignment, Tensor
-from pcp_core.worker.overlap import next_start, predicted
-from pcp_core.worker.session import RoundWork
+from pcp_core.wire.messages import Assignment
+from pcp_core.worker.overlap import predicted
 
 MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "batch_size": 8}
 
 
-def test_the_next_round_starts_from_the_global_parameters_moved_by_its_own_progress() -> None:
-    theta = [np.array([1.0, 2.0]), np.array([[3.0]])]
-    delta = [Tensor("a", np.array([0.5, -1.0])), Tensor("b", np.array([[1.0]]))]
-    start = next_start(theta, RoundWork([1.0], 0.1, delta))
-    np.testing.assert_allclose(start[0], [0.5, 3.0])
-    np.testing.assert_allclose(start[1], [[2.0]])
+def test_the_predicted_round_is_the_next_one_on_the_next_shard_without_tensors() -> None:
     done = Assignment(4, 50, shard_index=2, shard_count=3, seed=7, attempt=1)
-    ahead = predicted(done, start, ["a", "b"])
+    ahead = predicted(done)
     assert (ahead.round, ahead.attempt, ahead.shard_index, ahead.inner_steps) == (5, 0, 0, 50)
-    assert [t.name for t in ahead.tensors] == ["a", "b"] and ahead.seed == 7
+    assert ahead.tensors == [] and ahead.seed == 7
 
 
 def train(out: Path, overlap: str) -> dict:
