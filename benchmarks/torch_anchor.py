@@ -57,12 +57,22 @@ CHOICES = {
     "bf16_outputs": ("precision", "BF16_OUTPUT_PLATFORMS"),
     "bf16_product_output": ("layers", "BF16_PRODUCT_OUTPUT_PLATFORMS"),
     "gelu_recomputed": ("layers", "GELU_RECOMPUTED_PLATFORMS"),
+    "norm_statistics": ("layers", "LAYER_NORM_STATISTICS_KEPT_PLATFORMS"),
+    "residual_gradient": ("nanogpt", "RESIDUAL_GRADIENT_KEPT_PLATFORMS"),
+    "bf16_norm": ("nanogpt", "BF16_NORM_OUTPUT_PLATFORMS"),
+    "bf16_branch": ("nanogpt", "BF16_RESIDUAL_BRANCH_PLATFORMS"),
+    "bf16_logits": ("nanogpt", "BF16_LOGITS_PLATFORMS"),
     "compiler_options": ("runtime", "COMPILER_OPTIONS"),  # pcp_xla.runtime's, by platform
 }
 CUDA, NONE = ("cuda",), ()
 EXACT = {"cuda": {"xla_allow_excess_precision": False}}  # XLA keeps the program's roundings
+# the CUDA export's choices added on 2026-11-26 (the residual stream, layer norm, logits)
+NEWER = dict.fromkeys(
+    ("bf16_norm", "bf16_branch", "bf16_logits", "norm_statistics", "residual_gradient"), NONE
+)
+ROUNDED = {"bf16_norm": CUDA, "bf16_branch": CUDA, "bf16_logits": CUDA}  # as autocast rounds
 # the CUDA export's choices added on 2026-11-25 (second H100 session), off in the older variants
-LATER = {"bf16_product_output": NONE, "gelu_recomputed": NONE}
+LATER = {**NEWER, "bf16_product_output": NONE, "gelu_recomputed": NONE}
 XLA_VARIANTS: dict[str, dict[str, Any]] = {
     "pcp": {},  # as the modules say
     "portable": {**dict.fromkeys(CHOICES, NONE), "compiler_options": {}},
@@ -86,6 +96,15 @@ XLA_VARIANTS: dict[str, dict[str, Any]] = {
     # then, one at a time, the later choices (layers.py)
     "product-output": {**LATER, "bf16_product_output": CUDA},
     "gelu-recomputed": {**LATER, "gelu_recomputed": CUDA},
+    # the 2026-11-25 defaults (d32cf8a), then the 2026-11-26 choices one at a time and together
+    "2026-11-25": NEWER,
+    "bf16-norm": {**NEWER, "bf16_norm": CUDA},
+    "bf16-branch": {**NEWER, "bf16_branch": CUDA},
+    "bf16-logits": {**NEWER, "bf16_logits": CUDA},
+    "rounded": {**NEWER, **ROUNDED},
+    "rounded-statistics": {**NEWER, **ROUNDED, "norm_statistics": CUDA},
+    "rounded-gradient": {**NEWER, **ROUNDED, "residual_gradient": CUDA},
+    "rounded-statistics-gradient": dict.fromkeys(NEWER, CUDA),
 }
 
 

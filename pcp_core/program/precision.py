@@ -33,10 +33,10 @@ BF16_OUTPUT_PLATFORMS: tuple[str, ...] = ()
 BF16_HIDDEN_PLATFORMS: tuple[str, ...] = ("cuda",)
 
 
-def matmul(a: Any, b: Any, precision: str) -> Any:
+def matmul(a: Any, b: Any, precision: str, bf16_out: bool = False) -> Any:
     """`a @ b` (b either 2-D or batched like a) under the precision policy, in float32
-    (in bf16 where `bf16_outputs`)."""
-    return _matmul(precision, bf16_outputs(precision))(a, b)
+    (in bf16 where `bf16_outputs`, or where the caller asks for `bf16_out`)."""
+    return _matmul(precision, bf16_outputs(precision) or bf16_out)(a, b)
 
 
 def bf16_outputs(precision: str) -> bool:

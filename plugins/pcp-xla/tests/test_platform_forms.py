@@ -1,8 +1,9 @@
 """The per-platform forms of the exported step compute what the portable program does.
 
 The CUDA export takes forms XLA compiles well (pcp_core.program.layers.XLA_FORM_PLATFORMS,
-BF16_PRODUCT_OUTPUT_PLATFORMS, GELU_RECOMPUTED_PLATFORMS, losses.ONE_PASS_LOGSUMEXP_PLATFORMS,
-nanogpt.SORTED_EMBEDDING_PLATFORMS, BF16_ATTENTION_PLATFORMS,
+BF16_PRODUCT_OUTPUT_PLATFORMS, GELU_RECOMPUTED_PLATFORMS, LAYER_NORM_STATISTICS_KEPT_PLATFORMS,
+losses.ONE_PASS_LOGSUMEXP_PLATFORMS, nanogpt.SORTED_EMBEDDING_PLATFORMS,
+RESIDUAL_GRADIENT_KEPT_PLATFORMS, BF16_ATTENTION_PLATFORMS,
 pcp_core.program.precision.SINGLE_PRODUCT_PLATFORMS); here they are switched on for the CPU,
 so a machine without a GPU checks them against `jax_step`, which keeps the portable form.
 """
@@ -48,6 +49,8 @@ def xla_forms_here(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(precision, "SINGLE_PRODUCT_PLATFORMS", (PLATFORM,))
     monkeypatch.setattr(layers, "BF16_PRODUCT_OUTPUT_PLATFORMS", (PLATFORM,))
     monkeypatch.setattr(layers, "GELU_RECOMPUTED_PLATFORMS", (PLATFORM,))
+    monkeypatch.setattr(layers, "LAYER_NORM_STATISTICS_KEPT_PLATFORMS", (PLATFORM,))
+    monkeypatch.setattr(nanogpt, "RESIDUAL_GRADIENT_KEPT_PLATFORMS", (PLATFORM,))
 
 
 @pytest.mark.usefixtures("xla_forms_here")
@@ -88,6 +91,45 @@ def test_the_bf16_forms_stay_near_the_policy(monkeypatch: pytest.MonkeyPatch, hi
     if PLATFORM == "cuda":
         monkeypatch.setattr(nanogpt, "FUSED_ATTENTION_PLATFORMS", (PLATFORM,))
     monkeypatch.setattr(precision, "BF16_HIDDEN_PLATFORMS", (PLATFORM,) if hidden else ())
+    corpus, config, _ = reference()
+    tx = pcp_adamw.build(reference_settings(pcp_adamw.ADAMW))
+    program = build_train_program(
+        nanogpt.MODEL, config, tx, STEPS_PER_CALL, BATCH, precision="bf16"
+    )
+    exported, portable = run_both(program, corpus, config)
+    np.testing.assert_allclose(exported, portable, rtol=0.02)
+
+
+@pytest.mark.usefixtures("xla_forms_here")
+@pytest.mark.parametrize(
+    "rounded",
+    [
+        "BF16_NORM_OUTPUT_PLATFORMS",
+        "BF16_RESIDUAL_BRANCH_PLATFORMS",
+        "BF16_LOGITS_PLATFORMS",
+        "all",
+    ],
+)
+def test_autocast_roundings_stay_near_the_policy(
+    monkeypatch: pytest.MonkeyPatch, rounded: str
+) -> None:
+    """Layer norm's output, the residual branches' outputs and the logits rounded to bf16
+    (nanogpt's `BF16_*_PLATFORMS`, as torch.autocast rounds them) train as the portable
+    bf16 program does, within the 2% that bf16 keeps to f32."""
+    import pcp_adamw
+
+    from pcp_core.testing.reference import reference_settings
+
+    names = [
+        "BF16_NORM_OUTPUT_PLATFORMS",
+        "BF16_RESIDUAL_BRANCH_PLATFORMS",
+        "BF16_LOGITS_PLATFORMS",
+    ]
+    for name in names if rounded == "all" else [rounded]:
+        monkeypatch.setattr(nanogpt, name, (PLATFORM,))
+    if PLATFORM == "cuda":
+        monkeypatch.setattr(nanogpt, "FUSED_ATTENTION_PLATFORMS", (PLATFORM,))
+    monkeypatch.setattr(precision, "BF16_HIDDEN_PLATFORMS", (PLATFORM,))
     corpus, config, _ = reference()
     tx = pcp_adamw.build(reference_settings(pcp_adamw.ADAMW))
     program = build_train_program(
