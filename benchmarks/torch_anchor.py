@@ -59,6 +59,9 @@ CHOICES = {
     "gelu_recomputed": ("layers", "GELU_RECOMPUTED_PLATFORMS"),
     "norm_statistics": ("layers", "LAYER_NORM_STATISTICS_KEPT_PLATFORMS"),
     "residual_gradient": ("nanogpt", "RESIDUAL_GRADIENT_KEPT_PLATFORMS"),
+    "norm_one_pass": ("layers", "LAYER_NORM_ONE_PASS_PLATFORMS"),
+    "dense_gelu": ("layers", "DENSE_GELU_PLATFORMS"),
+    "norm_one_sum": ("layers", "LAYER_NORM_ONE_SUM_PLATFORMS"),
     "bf16_norm": ("nanogpt", "BF16_NORM_OUTPUT_PLATFORMS"),
     "bf16_branch": ("nanogpt", "BF16_RESIDUAL_BRANCH_PLATFORMS"),
     "bf16_logits": ("nanogpt", "BF16_LOGITS_PLATFORMS"),
@@ -67,9 +70,10 @@ CHOICES = {
 CUDA, NONE = ("cuda",), ()
 EXACT = {"cuda": {"xla_allow_excess_precision": False}}  # XLA keeps the program's roundings
 # the CUDA export's choices added on 2026-11-26 (the residual stream, layer norm, logits)
-NEWER = dict.fromkeys(
-    ("bf16_norm", "bf16_branch", "bf16_logits", "norm_statistics", "residual_gradient"), NONE
-)
+TODAY = ("bf16_norm", "bf16_branch", "bf16_logits", "norm_statistics", "residual_gradient")
+LATEST = ("norm_one_pass", "dense_gelu", "norm_one_sum")
+NEWER = dict.fromkeys((*TODAY, *LATEST), NONE)
+ONE_PASS_GELU = {"norm_one_pass": CUDA, "dense_gelu": CUDA}
 ROUNDED = {"bf16_norm": CUDA, "bf16_branch": CUDA, "bf16_logits": CUDA}  # as autocast rounds
 # the CUDA export's choices added on 2026-11-25 (second H100 session), off in the older variants
 LATER = {**NEWER, "bf16_product_output": NONE, "gelu_recomputed": NONE}
@@ -104,7 +108,14 @@ XLA_VARIANTS: dict[str, dict[str, Any]] = {
     "rounded": {**NEWER, **ROUNDED},
     "rounded-statistics": {**NEWER, **ROUNDED, "norm_statistics": CUDA},
     "rounded-gradient": {**NEWER, **ROUNDED, "residual_gradient": CUDA},
-    "rounded-statistics-gradient": dict.fromkeys(NEWER, CUDA),
+    "rounded-statistics-gradient": {**NEWER, **dict.fromkeys(TODAY, CUDA)},
+    # then, on top of that (24c351c), one pass for layer norm's statistics; GELU with its product
+    "one-pass": {**NEWER, **dict.fromkeys(TODAY, CUDA), "norm_one_pass": CUDA},
+    "dense-gelu": {**NEWER, **dict.fromkeys(TODAY, CUDA), "dense_gelu": CUDA},
+    "one-pass-dense-gelu": {**NEWER, **dict.fromkeys(TODAY, CUDA), **ONE_PASS_GELU},
+    # then, on top of that: layer norm's two gradient sums in one (the log-sum-exp in blocks
+    # of 128, `blocked`, was measured on 2026-11-26 and dropped)
+    "one-sum": dict.fromkeys(NEWER, CUDA),
 }
 
 

@@ -122,6 +122,22 @@ def _dense(params: Params, name: str, x, precision: str, out_dtype=None):
     return layers.rounded_dense(precision, jnp.dtype(x.dtype).name, out)(x, weight, bias)
 
 
+def _dense_gelu(params: Params, name: str, x, precision: str, out_dtype):
+    """GELU of the layer `name`'s output, in `out_dtype` (the hidden activation's)."""
+    import jax.numpy as jnp
+
+    fused = (
+        out_dtype == jnp.bfloat16
+        and precision == "bf16"
+        and export_platform() in layers.DENSE_GELU_PLATFORMS
+        and export_platform() in layers.BF16_PRODUCT_OUTPUT_PLATFORMS
+    )
+    if fused:
+        weight, bias = params[name + ".weight"], params[name + ".bias"]
+        return layers.dense_gelu(precision, jnp.dtype(x.dtype).name)(x, weight, bias)
+    return layers.gelu(precision)(_dense(params, name, x, precision, out_dtype))
+
+
 def _attention(config: Mapping[str, int], params: Params, prefix: str, x, precision: str):
     import jax
     import jax.numpy as jnp
@@ -201,7 +217,7 @@ def logits(config: Mapping[str, int], params: Params, tokens, precision: str = "
         h = norm(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"])
         x = residual(x + _attention(config, params, p + "attn.", h, precision))
         h = norm(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"])
-        h = layers.gelu(precision)(_dense(params, p + "mlp.c_fc", h, precision, hidden))
+        h = _dense_gelu(params, p + "mlp.c_fc", h, precision, hidden)
         x = residual(x + _dense(params, p + "mlp.c_proj", h, precision, branch))
     x = layers.layer_norm()(x, params["ln_f.weight"], params["ln_f.bias"])
     in_bf16 = _bf16_where(precision, BF16_LOGITS_PLATFORMS) is not None
