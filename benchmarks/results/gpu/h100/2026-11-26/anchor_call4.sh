@@ -1,0 +1,28 @@
+#!/bin/bash
+# Issue 32, part 2, 2026-11-26, fourth device call, on an H100 (run from the repository root
+# on the machine, a git archive of HEAD plus this work's files; structlog, platformdirs and
+# tomli_w copied from the venv into .whl/site, carried). rounded-statistics-gradient is the
+# CUDA default of 24c351c; on top of it: layer norm's statistics in one pass, GELU with its product.
+set -u
+export XLA_PYTHON_CLIENT_PREALLOCATE=false PYTHONUNBUFFERED=1
+export PYTHONPATH=$(python3 scripts/register_checkout.py /tmp/reg):$PWD/.whl/site:$PWD/benchmarks
+start=$SECONDS
+log=$OUT/call4_log.txt
+stage() { echo "== $1: rc=$2 at $((SECONDS - start))s" >> $log; }
+{ nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+  python3 -c "import jax, torch; print('jax', jax.__version__, 'torch', torch.__version__)"; } >> $log 2>&1
+ways="rounded-statistics-gradient one-pass dense-gelu one-pass-dense-gelu"
+# 1. batch 16, profiled
+timeout 200 python3 benchmarks/torch_anchor.py --size gpt2-small --batch 16 --precision bf16 \
+    --torch compiled --xla $ways --profile --hlo-dir /tmp/hlo --results $OUT --stem anchor4_b16 >> $log 2>&1
+stage b16 $?
+# 2. batch 8
+timeout 130 python3 benchmarks/torch_anchor.py --size gpt2-small --batch 8 --precision bf16 \
+    --torch compiled --xla $ways --results $OUT --stem anchor4_b8 >> $log 2>&1
+stage b8 $?
+# 3. the platform forms' tests on the GPU
+timeout 100 python3 -m pytest -p no:cacheprovider -p pytest_xla_options \
+    plugins/pcp-xla/tests/test_platform_forms.py > $OUT/pytest_forms_call4.log 2>&1
+stage pytest $?
+rm -f $OUT/*.md
+tar -czf $OUT/hlo4_b16.tgz -C /tmp hlo/one-pass-dense-gelu_b16.hlo.txt
