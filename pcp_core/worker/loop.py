@@ -27,14 +27,12 @@ from pcp_core.data.errors import DataError
 from pcp_core.data.shard_transfer import ShardSource, default_shard_cache, shard_dataset
 from pcp_core.data.text import CharCorpus
 from pcp_core.program.build import TensorSpec
-from pcp_core.shepherd.aggregation import delta_norm
 from pcp_core.wire import auth
 from pcp_core.wire.channel import SealedConnection, session_keys
 from pcp_core.wire.liveness import LiveConnection
 from pcp_core.wire.messages import (
     Assignment,
     Challenge,
-    Delta,
     Discard,
     Failure,
     Fetch,
@@ -42,16 +40,15 @@ from pcp_core.wire.messages import (
     Proof,
     Ready,
     Reject,
-    Result,
     Setup,
     Stop,
     Welcome,
     WorkerSettings,
 )
 from pcp_core.wire.transport import Connection, TransportError, TransportOptions
-from pcp_core.worker.clock import NetworkClock
 from pcp_core.worker.overlap import OverlappedRounds
-from pcp_core.worker.session import InnerState, RoundWork, WorkerRound, WorkerSession
+from pcp_core.worker.reports import Reports
+from pcp_core.worker.session import InnerState, WorkerRound, WorkerSession
 from pcp_core.worker.state import InnerStateStore
 
 log = structlog.get_logger(__name__)
@@ -209,33 +206,18 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
 def serve(
     conn: LiveConnection, session: WorkerSession, worker_round: WorkerRound, inner: InnerState
 ) -> None:
-    """Rounds until Stop: Assignment -> Result; then Fetch -> Delta, or Discard (also
-    after the Delta, when its tensors failed the shepherd's checks)."""
-    pending: tuple[Assignment, RoundWork] | None = None
-    clock = NetworkClock()
+    """Rounds until Stop, one at a time: Assignment -> Result; then Fetch -> Delta, or
+    Discard (`pcp_core.worker.reports`)."""
+    reports = Reports(conn, inner)
     while True:
-        message = clock.receive(conn)
+        message = reports.receive()
         if isinstance(message, Stop):
             log.info("stopping", reason=message.reason)
             return
         if isinstance(message, Assignment):
             inner.prepare(message.round)
-            work = worker_round(session, message)
-            inner.finished(message.round)
-            norm = delta_norm([t.array for t in work.tensors])
-            waited_s, sent_s = clock.take()
-            timings = (work.compute_s, norm, waited_s, sent_s)
-            clock.send(conn, Result(message.round, message.attempt, work.losses, *timings))
-            pending = (message, work)
+            reports.report(message, worker_round(session, message))
         elif isinstance(message, Fetch | Discard):
-            asked = (message.round, message.attempt)
-            if pending is None or (pending[0].round, pending[0].attempt) != asked:
-                raise TransportError(f"the shepherd asked about round {asked}, not ours")
-            if isinstance(message, Fetch):  # pending stays: the tensors may fail a check
-                clock.send(conn, Delta(message.round, message.attempt, pending[1].tensors))
-            else:
-                log.warning("result refused", round=message.round, reason=message.reason)
-                inner.refused(message.round)
-                pending = None
+            reports.settle(message)
         else:
             raise TransportError(f"unexpected {type(message).__name__} from the shepherd")

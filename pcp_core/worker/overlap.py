@@ -32,11 +32,10 @@ from dataclasses import dataclass, field
 
 import structlog
 
-from pcp_core.shepherd.aggregation import delta_norm
 from pcp_core.wire.liveness import LiveConnection
-from pcp_core.wire.messages import Assignment, Delta, Discard, Fetch, Result, Stop, Tensor
+from pcp_core.wire.messages import Assignment, Discard, Fetch, Stop, Tensor
 from pcp_core.wire.transport import TransportError
-from pcp_core.worker.clock import NetworkClock
+from pcp_core.worker.reports import Reports
 from pcp_core.worker.session import InnerState, RoundWork, WorkerRound, WorkerSession
 
 log = structlog.get_logger(__name__)
@@ -99,24 +98,24 @@ class OverlappedRounds:
         worker_round: WorkerRound,
         inner: InnerState,
     ) -> None:
-        self.conn, self.session, self.worker_round, self.inner = conn, session, worker_round, inner
-        self.clock = NetworkClock()
+        self.session, self.worker_round, self.inner = session, worker_round, inner
+        self.reports = Reports(conn, inner)
         self.compute = ThreadPoolExecutor(1, thread_name_prefix="pcp-round")
         self.speculation: Speculation | None = None
-        self.pending: tuple[Assignment, RoundWork] | None = None  # sent, not yet settled
 
     def serve(self) -> None:
         """Rounds until Stop."""
         try:
             while True:
-                message = self.clock.receive(self.conn)
+                message = self.reports.receive()
                 if isinstance(message, Stop):
                     log.info("stopping", reason=message.reason)
                     return
                 if isinstance(message, Assignment):
                     self._assigned(message)
                 elif isinstance(message, Fetch | Discard):
-                    self._settle(message)
+                    # a refused round's speculative successor started from its end
+                    self.reports.settle(message, refused=self._drop_speculation)
                 else:
                     raise TransportError(f"unexpected {type(message).__name__} from the shepherd")
         finally:
@@ -138,35 +137,15 @@ class OverlappedRounds:
         self._report(assignment, self.worker_round(self.session, assignment))
 
     def _report(self, assignment: Assignment, work: RoundWork) -> None:
-        """Round `assignment.round` is done: save its inner state, send its Result, and
-        start the next round from where this one ended."""
-        self.inner.finished(assignment.round)
-        norm = delta_norm([t.array for t in work.tensors])
-        waited_s, sent_s = self.clock.take()
-        timings = (work.compute_s, norm, waited_s, sent_s)
-        self.clock.send(
-            self.conn, Result(assignment.round, assignment.attempt, work.losses, *timings)
-        )
-        self.pending = (assignment, work)
+        """Round `assignment.round` is done: report it, and start the next round from
+        where this one ended."""
+        self.reports.report(assignment, work)
         speculation = Speculation(predicted(assignment))
         self.session.arrived = speculation.arrived
         speculation.work = self.compute.submit(
             self.worker_round, self.session, speculation.assignment
         )
         self.speculation = speculation
-
-    def _settle(self, message: Fetch | Discard) -> None:
-        asked = (message.round, message.attempt)
-        if self.pending is None or (self.pending[0].round, self.pending[0].attempt) != asked:
-            raise TransportError(f"the shepherd asked about round {asked}, not ours")
-        if isinstance(message, Fetch):  # pending stays: the tensors may fail a check
-            delta = Delta(message.round, message.attempt, self.pending[1].tensors)
-            self.clock.send(self.conn, delta)
-            return
-        log.warning("result refused", round=message.round, reason=message.reason)
-        self._drop_speculation()  # it started from the refused round's parameters
-        self.inner.refused(message.round)
-        self.pending = None
 
     def _drop_speculation(self) -> None:
         if self.speculation is not None:

@@ -24,12 +24,13 @@ from pcp_core.wire.liveness import LiveConnection
 from pcp_core.wire.messages import Delta, Message, Result, Tensor
 from pcp_core.wire.transport import TensorHeader, TransportOptions
 from pcp_core.worker import loop as worker
+from pcp_core.worker.session import RoundWork
 
 MODE, CONNECT, STATE_DIR = sys.argv[1:4]
 honest_round = plugins.host().algorithm("diloco").worker_round
 
 
-def bad_round(session: Any, assignment: Any) -> worker.RoundWork:
+def bad_round(session: Any, assignment: Any) -> RoundWork:
     work = honest_round(session, assignment)
     if MODE == "huge-first":
         for tensor in work.tensors:
