@@ -47,9 +47,10 @@ class StepGuard:
             np.copyto(kept, param)
         self._outer = {name: np.array(array, copy=True) for name, array in outer_state.items()}
 
-    def judge(self, params: list[np.ndarray]) -> str | None:
+    def judge(self, params: list[np.ndarray], reference: bool = True) -> str | None:
         """Why the step from the kept parameters to `params` is implausible, or None (and
-        then its norm joins the history)."""
+        then its norm joins the history, unless it is no `reference` for later steps:
+        a streaming fragment's first, which covers fewer inner steps than the rest)."""
         if not all(np.isfinite(p).all() for p in params):
             return "the outer step made the global parameters non-finite"
         step = delta_norm([new - old for new, old in zip(params, self._params, strict=True)])
@@ -62,7 +63,8 @@ class StepGuard:
             what = f"{FIRST_STEP_RATIO:g}x the parameters' norm ({scale:.4g})"
         if not math.isfinite(step) or step > limit:
             return f"the outer step's norm {step:.4g} is over {what}"
-        self._steps.append(step)
+        if reference:
+            self._steps.append(step)
         return None
 
     def restore(self, params: list[np.ndarray], outer_step: OuterStep) -> None:

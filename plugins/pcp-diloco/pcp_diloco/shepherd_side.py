@@ -144,6 +144,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 OuterUpdate(outer_step.steps[synced], diloco.outer_warmup_rounds),
                 guards[synced],
                 index // len(fragments),
+                index >= len(fragments) - 1,
             )
             outcome = guarded_round(shepherd, round_, index, params, delta, assignment)
 
@@ -287,6 +288,9 @@ class FragmentRound:
     outer: OuterUpdate
     guard: StepGuard
     sync: int
+    # whether its pseudo-gradients span all of H's inner steps: a fragment's first
+    # synchronisation, in round f < P - 1, spans f + 1 shares of H/P
+    full_period: bool
 
     def part(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         return [arrays[i] for i in self.scope.returned or range(len(arrays))]
@@ -313,7 +317,7 @@ def guarded_round(
         )
         guard.keep(mine, step.state())
         round_.outer(round_.sync, mine, round_.part(delta))
-        problem = guard.judge(mine)
+        problem = guard.judge(mine, reference=round_.full_period)
         if problem is None:
             return outcome
         guard.restore(mine, step)

@@ -51,10 +51,10 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
         arrived = session.arrived(False)
         if arrived is not None:
             take_in(session, arrived, fold=True)
-    arrived = session.arrived(True)  # a round that ended before its Assignment
-    if arrived is not None:
-        take_in(session, arrived, fold=True)
     compute_s = time.perf_counter() - started
+    arrived = session.arrived(True)  # a round that ended before its Assignment: waiting
+    if arrived is not None:  # for the network is no compute
+        take_in(session, arrived, fold=True)
     return RoundWork(losses, compute_s, synchronise(session, fragments, assignment.round))
 
 

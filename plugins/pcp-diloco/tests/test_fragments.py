@@ -2,8 +2,11 @@
 a run whose rounds each move 1/P of the model."""
 
 import json
+import os
+import signal
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import numpy as np
 import pytest
@@ -144,3 +147,39 @@ def test_a_run_of_fragments_moves_a_share_of_the_model_a_round_and_trains(tmp_pa
     assert rounds[0]["bytes_sent"] > 2 * model
     assert streamed["final_val_loss"] < 1.15 * whole["final_val_loss"]
     assert streamed["final_val_loss"] < 0.8 * streamed["unigram_entropy"]
+
+
+@pytest.mark.serial  # a supervisor's restart backoff
+def test_a_killed_worker_rejoins_a_run_of_fragments_and_gets_the_whole_model(
+    e2e: Any, tiny: tuple[str, ...], tmp_path: Path
+) -> None:
+    """SIGKILL one of two overlapped workers of a run with fragments: the shepherd goes
+    on with the other, the restarted worker is sent all the parameters (not the fragment
+    the others get) and takes part again, and the run ends."""
+    out = tmp_path / "run"
+    run = e2e.pcp(
+        "train",
+        "train",
+        *("--algorithm", "diloco", "--backend", "cpu", "--workers", "2", "--out", str(out)),
+        *("--steps", "2400", "--inner-steps", "12", "--fragments", "3", "--overlap", "delayed"),
+        *("--eval-every", "0", *tiny),
+    )
+    e2e.wait_for(
+        lambda: len(e2e.metrics(out)) >= 3 or run.process.poll() is not None, 180, "3 rounds"
+    )
+    assert run.process.poll() is None, run.output()[-4000:]
+    address = f"127.0.0.1:{e2e.listening_port(run)}"
+    e2e.own(address)
+    killed_after = len(e2e.metrics(out))
+    os.kill(e2e.pids_with(f"pcp_core worker --connect {address}")[0], signal.SIGKILL)
+    assert run.wait(300) == 0, run.err()[-4000:]
+    records = e2e.metrics(out)
+    assert len(records) == 600
+    workers = [r["workers"] for r in records]
+    lost = workers.index(1, killed_after)
+    assert 2 in workers[lost:], "the restarted worker never took part again"
+    model = sum(r["bytes_sent"] for r in records[:1]) / 2  # round 0 sends each the model
+    # the round it came back in sent it the whole model and the other a third of it
+    # (4/3 of the model); the round after, a third to each (2/3)
+    back = lost + workers[lost:].index(2)
+    assert records[back]["bytes_sent"] > 1.2 * model > 1.5 * records[back + 1]["bytes_sent"]
