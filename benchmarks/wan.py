@@ -3,14 +3,16 @@
 For each scenario file, the shepherd and every worker run as real `pcp shepherd` /
 `pcp worker` processes, each in its own network namespace behind the scenario's link
 (rate, delay, jitter, loss: docs/wan.md), through pcp_core.rehearsal.harness. Per
-scenario it reports the wall time, the rounds, bytes per round, the round time split
-(round_s, compute_s of the slowest worker, communication_s), compute utilisation and
-the final validation loss, and writes them to benchmarks/results/wan/<name>.json and
-.md with the exact command. Needs root (network namespaces).
+scenario and variant (blocking rounds, overlapped ones, streaming fragments) and seed
+it reports the wall time, the rounds, bytes per round and in the busiest round, the
+round time split (round_s, compute_s of the slowest worker, communication_s), compute
+utilisation and the final validation loss, and writes them to
+benchmarks/results/wan/<name>.json and .md with the exact command. Needs root (network
+namespaces).
 
     sudo .venv/bin/python benchmarks/wan.py --scenario scenarios/lan.toml scenarios/thin.toml
     sudo .venv/bin/python benchmarks/wan.py --scenario scenarios/mixed-planet.toml \\
-        --max-workers 4 --steps 100 --inner-steps 20 -- --batch-size 8
+        --max-workers 4 --steps 100 --inner-steps 20 --variants blocking stream4 --seeds 0 1
 
 Flags after `--` go to `pcp shepherd` as they are.
 """
@@ -25,6 +27,7 @@ import math
 import os
 import platform
 import shlex
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -32,6 +35,14 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results" / "wan"
+
+# Each variant's shepherd flags: DiLoCo's overlap and streaming fragments (docs/wan.md).
+VARIANTS = {
+    "as-given": (),  # only the flags after `--`
+    "blocking": ("--overlap", "none", "--fragments", "1"),
+    "overlapped": ("--overlap", "delayed", "--fragments", "1"),
+    **{f"stream{p}": ("--overlap", "delayed", "--fragments", str(p)) for p in (2, 4, 8, 16)},
+}
 
 
 def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
@@ -51,7 +62,18 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
     parser.add_argument("--steps", type=int, default=60, help="inner steps per worker in all")
     parser.add_argument("--inner-steps", type=int, default=20, help="inner steps per round (H)")
     parser.add_argument("--steps-per-call", type=int, default=10, help="steps per device call")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument(
+        "--seeds", type=int, nargs="+", default=[0], help="one run per seed (default: 0)"
+    )
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        default=["as-given"],
+        choices=sorted(VARIANTS),
+        help="rounds to compare, each run on every scenario and seed: blocking, overlapped "
+        "(--overlap delayed), streamP (overlapped with P fragments); as-given (default): "
+        "only the flags after `--`",
+    )
     parser.add_argument("--n-layer", type=int, default=1, help="model size (tiny by default)")
     parser.add_argument("--n-head", type=int, default=2)
     parser.add_argument("--n-embd", type=int, default=32)
@@ -112,6 +134,8 @@ def describe(result: Any, scenario: Any, workers: int) -> dict[str, Any]:
     """The numbers reported for one scenario's run."""
     summary, rounds = result.summary, result.rounds
     per_round = [r.get("bytes_sent", 0) + r.get("bytes_received", 0) for r in rounds]
+    # the first round sends every worker the whole model whatever the variant
+    steady = per_round[1:] or per_round
 
     def mean(key: str) -> float | None:
         values = [r[key] for r in rounds if key in r]
@@ -130,11 +154,13 @@ def describe(result: Any, scenario: Any, workers: int) -> dict[str, Any]:
         "rounds": len(rounds),
         "min_workers_in_a_round": min((r["workers"] for r in rounds), default=0),
         "bytes_per_round": round(sum(per_round) / len(per_round)) if per_round else None,
+        "peak_round_bytes": max(steady, default=None),
         "model_bytes": summary.get("model_bytes"),
         "round_s": mean("round_s"),
         "compute_s": mean("compute_s"),
         "communication_s": mean("communication_s"),
         "utilisation": utilisation(summary, rounds),
+        "shepherd_link": result.shepherd_link,
         "final_val_loss": val_loss,
         "final_train_loss": summary.get("final_train_loss"),
         "run_dir": str(result.run_dir),
@@ -162,14 +188,60 @@ def progress(metrics: Path, label: str) -> Any:
     return report
 
 
+def fmt(value: Any, digits: int = 3) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
+
+
+def megabytes(value: float | None) -> str:
+    return "-" if value is None else f"{value / 1e6:.3f}"
+
+
+def combined(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One line per scenario and variant: means over its seeds, and the validation loss
+    against the blocking variant's on the same seeds (where both ran)."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for row in rows:
+        groups.setdefault((row["scenario"], row["variant"]), []).append(row)
+
+    def mean(values: list[Any]) -> float | None:
+        values = [v for v in values if v is not None]
+        return statistics.fmean(values) if values else None
+
+    lines = []
+    for (scenario, variant), runs in groups.items():
+        blocking = {r["seed"]: r for r in groups.get((scenario, "blocking"), [])}
+        pairs = [(r, blocking.get(r["seed"])) for r in runs]
+        gaps = [
+            r["final_val_loss"] / b["final_val_loss"] - 1
+            for r, b in pairs
+            if b is not None and r["final_val_loss"] and b["final_val_loss"]
+        ]
+        lines.append(
+            {
+                "scenario": scenario,
+                "variant": variant,
+                "seeds": [r["seed"] for r in runs],
+                "utilisation": mean([r["utilisation"]["shepherd"] for r in runs]),
+                "min_utilisation": min(
+                    (r["utilisation"]["shepherd"] for r in runs if r["utilisation"]["shepherd"]),
+                    default=None,
+                ),
+                "training_wall_s": mean([r["training_wall_s"] for r in runs]),
+                "bytes_per_round": mean([r["bytes_per_round"] for r in runs]),
+                "peak_round_bytes": max((r["peak_round_bytes"] or 0 for r in runs), default=None),
+                "val_losses": [r["final_val_loss"] for r in runs],
+                "loss_vs_blocking": mean(gaps) if gaps else None,
+                "worst_loss_vs_blocking": max(gaps) if gaps else None,
+            }
+        )
+    return lines
+
+
 def markdown(command: str, settings: dict[str, Any], rows: list[dict[str, Any]]) -> str:
-    """The results as a markdown page: command, machine, settings, one row per scenario."""
-
-    def fmt(value: Any, digits: int = 3) -> str:
-        if value is None or (isinstance(value, float) and math.isnan(value)):
-            return "-"
-        return f"{value:.{digits}f}" if isinstance(value, float) else str(value)
-
+    """The results as a markdown page: command, machine, settings, a line per scenario
+    and variant (means over the seeds), then every run."""
     lines = [
         "# DiLoCo over emulated WAN links (benchmarks/wan.py)",
         "",
@@ -179,34 +251,64 @@ def markdown(command: str, settings: dict[str, Any], rows: list[dict[str, Any]])
         f"{os.cpu_count()} CPUs, Linux {platform.release()}. Settings: "
         + ", ".join(f"{k} {v}" for k, v in settings.items()),
         "",
-        "| scenario | workers | rounds | wall s | training s | round s | compute s "
-        "| communication s | bytes / round | utilisation (shepherd / ours) | val loss |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| scenario | rounds | seeds | compute utilisation (mean, min) | training s "
+        "| MB / round | MB in the busiest round | val loss | vs blocking (mean, worst) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for line in combined(rows):
+        gap, worst = line["loss_vs_blocking"], line["worst_loss_vs_blocking"]
+        losses = " / ".join(fmt(v, 4) for v in line["val_losses"])
+        lines.append(
+            f"| {line['scenario']} | {line['variant']} | {' '.join(map(str, line['seeds']))} "
+            f"| {fmt(line['utilisation'])}, {fmt(line['min_utilisation'])} "
+            f"| {fmt(line['training_wall_s'], 1)} | {megabytes(line['bytes_per_round'])} "
+            f"| {megabytes(line['peak_round_bytes'])} | {losses} "
+            + (
+                "| - |"
+                if gap is None or line["variant"] == "blocking"
+                else f"| {gap:+.2%}, {worst:+.2%} |"
+            )
+        )
+    lines += [
+        "",
+        "Every run:",
+        "",
+        "| scenario | rounds | seed | workers | rounds | wall s | training s | round s "
+        "| compute s | communication s | bytes / round | busiest round | utilisation "
+        "(shepherd / ours) | val loss |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
         u = row["utilisation"]
         lines.append(
-            f"| {row['scenario']} | {row['workers']} | {row['rounds']} | {fmt(row['wall_s'], 1)} "
-            f"| {fmt(row['training_wall_s'], 1)} | {fmt(row['round_s'])} | {fmt(row['compute_s'])} "
-            f"| {fmt(row['communication_s'])} | {fmt(row['bytes_per_round'])} "
+            f"| {row['scenario']} | {row['variant']} | {row['seed']} | {row['workers']} "
+            f"| {row['rounds']} | {fmt(row['wall_s'], 1)} | {fmt(row['training_wall_s'], 1)} "
+            f"| {fmt(row['round_s'])} | {fmt(row['compute_s'])} | {fmt(row['communication_s'])} "
+            f"| {fmt(row['bytes_per_round'])} | {fmt(row['peak_round_bytes'])} "
             f"| {fmt(u['shepherd'])} / {fmt(u['from_rounds'])} | {fmt(row['final_val_loss'], 4)} |"
         )
     lines += [
         "",
-        "wall s: from building the network to the shepherd's exit (worker start-up, join "
-        "and compile included); training s: the shepherd's wall_time_s. round s, compute s "
-        "(the slowest worker's inner steps) and communication s (the rest of the round) are "
-        "means over the round records. bytes / round: sent + received by the shepherd. "
-        "Utilisation: the shepherd's `compute_utilisation` (summary.json), and ours, "
-        "Σ worker compute / Σ (workers × round_s) over the rounds (from each worker's "
-        "`worker_compute_s`; from the slowest worker's `compute_s` where the records lack it).",
+        "rounds: blocking (a worker waits for the new global parameters), overlapped "
+        "(`--overlap delayed`), streamP (overlapped, `--fragments P`), as-given (the flags "
+        "after `--` alone). wall s: from building the network to the shepherd's exit "
+        "(worker start-up, join and compile included); training s: the shepherd's "
+        "wall_time_s. round s, compute s (the slowest worker's inner steps) and "
+        "communication s (the rest of the round) are means over the round records. bytes / "
+        "round: sent + received by the shepherd, the mean over rounds; busiest round: the "
+        "most any round after the first moved (the first sends every worker the whole model "
+        "in every variant): the peak that the links must carry at once. Utilisation: the "
+        "shepherd's `compute_utilisation` (summary.json), and ours, Σ worker compute / "
+        "Σ (workers × round_s) over the rounds (from each worker's `worker_compute_s`; "
+        "from the slowest worker's `compute_s` where the records lack it). vs blocking: the "
+        "validation loss against the blocking run's of the same scenario and seed.",
         "",
     ]
     return "\n".join(lines)
 
 
 def main(argv: list[str]) -> int:
-    """Run every scenario in turn; write the JSON and markdown results."""
+    """Run every scenario, variant and seed in turn; write the JSON and markdown results."""
     args, extra = parse_args(argv)
     from pcp_core.rehearsal.harness import RehearsalError, TrainingSettings, run_scenario
     from pcp_core.rehearsal.links import requirements_problem
@@ -219,50 +321,59 @@ def main(argv: list[str]) -> int:
     scenarios = [load_scenario(path) for path in args.scenario]  # all checked before any runs
     model = ["--n-layer", str(args.n_layer), "--n-head", str(args.n_head)]
     model += ["--n-embd", str(args.n_embd), "--block-size", str(args.block_size)]
-    settings = TrainingSettings(
-        steps=args.steps,
-        inner_steps=args.inner_steps,
-        seed=args.seed,
-        shepherd_flags=(*model, "--steps-per-call", str(args.steps_per_call), *extra),
-    )
     stamp = time.strftime("%Y%m%d-%H%M%S")
     runs = args.runs or ROOT / "runs" / f"wan-{stamp}"
     rows = []
     for scenario in scenarios:
         workers = pick_workers(list(scenario.workers), args.max_workers)
         scenario = dataclasses.replace(scenario, workers=workers)
-        run_dir = runs / scenario.name
-        print(f"{scenario.name}: {len(scenario.workers)} workers, run in {run_dir}", flush=True)
-        try:
-            result = run_scenario(
-                scenario,
-                run_dir,
-                settings,
-                timeout_s=args.timeout,
-                during=progress(run_dir / "shepherd" / "metrics.jsonl", scenario.name),
-            )
-        except RehearsalError as error:
-            print(f"{scenario.name}: failed: {error}", file=sys.stderr)
-            rows.append({"scenario": scenario.name, "error": str(error), "run_dir": str(run_dir)})
-            continue
-        row = describe(result, scenario, len(scenario.workers))
-        rows.append(row)
-        print(f"{scenario.name}: {json.dumps(row)}", flush=True)
+        for variant in args.variants:
+            for seed in args.seeds:
+                settings = TrainingSettings(
+                    steps=args.steps,
+                    inner_steps=args.inner_steps,
+                    seed=seed,
+                    shepherd_flags=(
+                        *model,
+                        *("--steps-per-call", str(args.steps_per_call)),
+                        *VARIANTS[variant],
+                        *extra,
+                    ),
+                )
+                label = f"{scenario.name}/{variant}/seed{seed}"
+                run_dir = runs / scenario.name / variant / f"seed{seed}"
+                print(f"{label}: {len(scenario.workers)} workers, run in {run_dir}", flush=True)
+                try:
+                    result = run_scenario(
+                        scenario,
+                        run_dir,
+                        settings,
+                        timeout_s=args.timeout,
+                        during=progress(run_dir / "shepherd" / "metrics.jsonl", label),
+                    )
+                except RehearsalError as error:
+                    print(f"{label}: failed: {error}", file=sys.stderr)
+                    rows.append({"scenario": scenario.name, "variant": variant, "seed": seed,
+                                 "error": str(error), "run_dir": str(run_dir)})  # fmt: skip
+                    continue
+                row = describe(result, scenario, len(scenario.workers))
+                row |= {"variant": variant, "seed": seed}
+                rows.append(row)
+                print(f"{label}: {json.dumps(row)}", flush=True)
 
     command = shlex.join([Path(sys.executable).name, "benchmarks/wan.py", *argv])
     described = {
         "steps": args.steps,
         "inner_steps": args.inner_steps,
-        "seed": args.seed,
         "model": " ".join(model),
         "max_workers": args.max_workers,
         "shepherd_flags": " ".join(extra) or None,
     }
     name = args.name or "-".join(s.name for s in scenarios)
     args.results.mkdir(parents=True, exist_ok=True)
-    data = {"command": command, "settings": described, "scenarios": rows}
-    (args.results / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
     good = [row for row in rows if "error" not in row]
+    data = {"command": command, "settings": described, "combined": combined(good), "runs": rows}
+    (args.results / f"{name}.json").write_text(json.dumps(data, indent=2) + "\n")
     (args.results / f"{name}.md").write_text(markdown(command, described, good))
     print(f"wrote {args.results / name}.json and .md")
     return 0 if len(good) == len(rows) else 1

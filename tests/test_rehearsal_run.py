@@ -51,6 +51,27 @@ def test_diloco_runs_over_the_ci_scenario_and_pays_its_round_trip(rehearse) -> N
 
 
 @pytest.mark.slow
+def test_the_shepherd_keeps_its_own_link_busy_while_a_round_transfers(rehearse) -> None:
+    """On scenarios/shepherd-bound.toml every transfer queues on the shepherd's 20 Mbit/s:
+    while parameters go out and pseudo-gradients come in, the link carries at least 90%
+    of its rate (the median over its transfer phases' 50 ms intervals, headers
+    included, as the link's tbf counts them)."""
+    scenario = load_scenario(ROOT / "scenarios" / "shepherd-bound.toml")
+    model = ("--n-layer", "2", "--n-head", "2", "--n-embd", "64", "--block-size", "64")
+    settings = TrainingSettings(
+        steps=40, inner_steps=10, shepherd_flags=(*model, "--steps-per-call", "10")
+    )
+    result = rehearse(scenario, settings, timeout_s=600)
+
+    assert len(result.rounds) == 4 and all(r["workers"] == 3 for r in result.rounds)
+    link = result.shepherd_link
+    for way in ("sent", "received"):
+        # each way moves three copies of a 430 KB model a round: about 0.5 s busy
+        assert link[way]["busy_s"] > 4 * 0.3, link
+        assert link[way]["median"] >= 0.9, link
+
+
+@pytest.mark.slow
 def test_a_worker_cut_off_for_20_s_is_left_behind_then_rejoins(rehearse, tmp_path: Path) -> None:
     """ci-1's link goes down for 20 s after round 3: the round goes on with ci-0 within
     the shepherd's --worker-timeout, later rounds run on one worker, and ci-1 rejoins."""

@@ -15,6 +15,7 @@ Run directory layout:
 run_dir/shepherd/      the shepherd's --out: config.toml, metrics.jsonl, summary.json
 run_dir/logs/<node>.log  each process's stdout and stderr
 run_dir/workers/<name>/  each worker's --state-dir and --shard-cache
+run_dir/shepherd-link.tsv  the shepherd's link byte counters (`pcp_core.rehearsal.counters`)
 run_dir/harness.json   scenario, command lines, exit codes, wall time
 ```
 """
@@ -37,6 +38,7 @@ from typing import IO, Any
 
 import structlog
 
+from pcp_core.rehearsal.counters import INTERVAL_S, link_use, read_samples
 from pcp_core.rehearsal.links import Network, emulated_network
 from pcp_core.rehearsal.scenario import Scenario
 
@@ -74,6 +76,9 @@ class RunResult:
     records: list[dict[str, Any]]
     exit_codes: dict[str, int | None]
     wall_s: float
+    # how much of its rate the shepherd's link carried in transfer phases, each way
+    # (`pcp_core.rehearsal.counters.link_use`)
+    shepherd_link: dict[str, Any] = field(default_factory=dict)
 
     @property
     def rounds(self) -> list[dict[str, Any]]:
@@ -218,6 +223,9 @@ def started_run(
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     write_token(run_dir / "token")
     with emulated_network(scenario) as network:
+        counters = [sys.executable, "-m", "pcp_core.rehearsal.counters", "eth0"]
+        counters += [str(run_dir / "shepherd-link.tsv"), str(INTERVAL_S)]
+        sampler = network.popen("shepherd", counters, stdin=subprocess.DEVNULL)
         try:
             argv = shepherd_argv(scenario, network, run_dir, settings, port)
             shepherd = _start(processes, network, "shepherd", argv, run_dir)
@@ -229,7 +237,9 @@ def started_run(
             log.info("rehearsal_started", scenario=scenario.name, workers=len(scenario.workers))
             yield network
         finally:
+            sampler.terminate()
             stop_all(processes)
+            sampler.wait()
 
 
 def run_scenario(
@@ -274,7 +284,9 @@ def run_scenario(
     summary_path = run_dir / "shepherd" / "summary.json"
     summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
     records = read_records(run_dir / "shepherd" / "metrics.jsonl")
-    return RunResult(run_dir, summary, records, exit_codes, wall_s)
+    samples = read_samples(run_dir / "shepherd-link.tsv")
+    link = link_use(samples, scenario.shepherd.rate_mbit)
+    return RunResult(run_dir, summary, records, exit_codes, wall_s, link)
 
 
 def set_link(network: Network, name: str, up: bool) -> None:
