@@ -128,9 +128,9 @@ class DilocoSettings:
 @dataclass(frozen=True)
 class DilocoWorkerSettings:
     """What DiLoCo's worker side is told with its program (its slot of the Setup's
-    settings): the inner-state tensors it zeroes at a round's start (its momentum, under
-    `--inner-momentum reset`: for the parameters the last round synchronised), and the
-    number of streaming fragments."""
+    settings): the inner-state tensors it zeroes for the parameters it takes in from the
+    shepherd, when it takes them in (its momentum, under `--inner-momentum reset`), and
+    the number of streaming fragments."""
 
     zero_at_round_start: tuple[str, ...] = ()
     fragments: int = 1

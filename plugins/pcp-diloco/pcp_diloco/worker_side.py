@@ -17,7 +17,12 @@ pseudo-gradient measured from the global parameters it was assigned.
 
 The inner optimizer's state carries over from the worker's last round, but for the
 tensors the shepherd names in `DilocoWorkerSettings.zero_at_round_start` (its momentum,
-see `DilocoSettings.inner_momentum`), zeroed for the parameters the round refreshes."""
+see `DilocoSettings.inner_momentum`): zeroed for the parameters taken in from the
+shepherd when they are taken in, at a round's start or at the fold. (Zeroed at the start
+of an overlapped round instead, before the fold, the momentum the stale steps built
+survived the fold: on loopback, 2 workers, H = 48, seeds 0-2, overlapped rounds ended
+11% above blocking ones, and 7.6% with the zeroing at the fold; with 4 fragments 3.1%
+and 0.5%.)"""
 
 import time
 
@@ -36,13 +41,9 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
     told = DilocoWorkerSettings(**session.settings.plugins.get("diloco", {}))
     fragments = split([int(np.prod(spec.shape)) for spec in executor.param_specs], told.fragments)
     if assignment.tensors:
-        take_in(session, assignment.tensors, fold=False)
-        refreshed = positions(session, assignment.tensors)
+        take_in(session, told, assignment.tensors, fold=False)
     elif session.anchor is None:
         raise TransportError(f"round {assignment.round} came without the global parameters")
-    else:  # overlapped: the Assignment is on its way
-        refreshed = fragments[of_round(assignment.round - 1, len(fragments))]
-    zero_momentum(session, told, refreshed)
     steps_per_call = session.settings.steps_per_call
     started = time.perf_counter()
     losses: list[float] = []
@@ -50,11 +51,11 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
         losses.extend(float(v) for v in executor.run(*session.batches(assignment, call)))
         arrived = session.arrived(False)
         if arrived is not None:
-            take_in(session, arrived, fold=True)
+            take_in(session, told, arrived, fold=True)
     compute_s = time.perf_counter() - started
     arrived = session.arrived(True)  # a round that ended before its Assignment: waiting
     if arrived is not None:  # for the network is no compute
-        take_in(session, arrived, fold=True)
+        take_in(session, told, arrived, fold=True)
     return RoundWork(losses, compute_s, synchronise(session, fragments, assignment.round))
 
 
@@ -67,11 +68,20 @@ def positions(session: WorkerSession, tensors: list[Tensor]) -> tuple[int, ...]:
     return tuple(index[t.name] for t in tensors)
 
 
-def take_in(session: WorkerSession, tensors: list[Tensor], fold: bool) -> None:
+def take_in(
+    session: WorkerSession, told: DilocoWorkerSettings, tensors: list[Tensor], fold: bool
+) -> None:
     """Take global parameters in as the anchor: as the parameters themselves, or (`fold`)
-    moving them by how far the global ones are from the anchor."""
-    executor = session.executor
+    moving them by how far the global ones are from the anchor; zero their momentum."""
     where = positions(session, tensors)
+    move_in(session, tensors, where, fold)
+    zero_momentum(session, told, where)
+
+
+def move_in(
+    session: WorkerSession, tensors: list[Tensor], where: tuple[int, ...], fold: bool
+) -> None:
+    executor = session.executor
     whole = len(set(where)) == len(executor.param_specs) and not fold
     if session.anchor is None and not whole:
         raise TransportError("the shepherd sent part of the parameters to a worker without them")
