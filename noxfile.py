@@ -149,9 +149,14 @@ def tests(session: nox.Session) -> None:
     """The core's tests, slow ones included; `nox -s tests -- ARGS` passes ARGS to pytest
     instead (`nox -s tests -- tests`: the quick ones)."""
     session.install("-r", "requirements-dev.txt")
-    everything = [*XDIST, "-m", "slow or not slow", "tests"]
-    pytest = ["python", "-m", "pytest", "-q", *(session.posargs or everything)]
-    session.run(*pytest, env={"PCP_CACHE_DIR": compile_cache()})
+    pytest = ["python", "-m", "pytest", "-q"]
+    env = {"PCP_CACHE_DIR": compile_cache()}
+    if session.posargs:
+        session.run(*pytest, *session.posargs, env=env)
+        return
+    # Tests marked `serial` measure time shares (a machine of their own): they run after.
+    session.run(*pytest, *XDIST, "-m", "(slow or not slow) and not serial", "tests", env=env)
+    session.run(*pytest, "-m", "serial", "tests", env=env)
 
 
 @nox.session(python=PYTHON, tags=["plugins"], reuse_venv=False)  # nothing left from before

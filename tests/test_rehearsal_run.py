@@ -23,8 +23,10 @@ TINY = ("--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "32
 DEADLINES = ("--worker-timeout", "5", "--min-workers", "1")
 # Rounds of about 0.1 s of tiny-model steps against ci.toml's 50 ms round trips (each
 # round makes several): blocking rounds left the workers idle two thirds of the time
-# (34% utilisation here), overlapped ones 17% (83%).
-OVERLAP_STEPS, OVERLAP_INNER_STEPS, OVERLAP_GAIN = 1000, 100, 0.2
+# (34% utilisation here), overlapped ones 17% (83%). On a loaded machine the steps slow
+# and both idle less (66% against 82% in one CI run), so the check is on the ratio of
+# idle time, which overlap at least halves wherever the compute time is.
+OVERLAP_STEPS, OVERLAP_INNER_STEPS, OVERLAP_IDLE_RATIO = 1000, 100, 0.6
 SETTINGS = TrainingSettings(
     steps=40, inner_steps=10, seed=0, shepherd_flags=(*TINY, "--steps-per-call", "10")
 )
@@ -111,6 +113,7 @@ def test_a_worker_cut_off_for_20_s_is_left_behind_then_rejoins(rehearse, tmp_pat
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_overlapped_rounds_keep_the_workers_busier_than_blocking_ones(rehearse) -> None:
     """With rounds whose compute is about their network time, `--overlap delayed` hides
     the network behind the next round's steps: a higher compute utilisation, and a
@@ -130,4 +133,5 @@ def test_overlapped_rounds_keep_the_workers_busier_than_blocking_ones(rehearse) 
         summary = result.summary
         assert summary["final_val_loss"] < 0.8 * summary["unigram_entropy"]
         utilisation[overlap] = summary["compute_utilisation"]
-    assert utilisation["delayed"] > utilisation["none"] + OVERLAP_GAIN, utilisation
+    idle = {overlap: 1 - share for overlap, share in utilisation.items()}
+    assert idle["delayed"] < OVERLAP_IDLE_RATIO * idle["none"], utilisation
