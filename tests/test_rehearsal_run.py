@@ -53,6 +53,7 @@ def test_diloco_runs_over_the_ci_scenario_and_pays_its_round_trip(rehearse) -> N
 
 
 @pytest.mark.slow
+@pytest.mark.serial
 def test_the_shepherd_keeps_its_own_link_busy_while_a_round_transfers(rehearse) -> None:
     """On scenarios/shepherd-bound.toml every transfer queues on the shepherd's 20 Mbit/s:
     while parameters go out and pseudo-gradients come in, the link carries at least 90%
