@@ -34,7 +34,9 @@ class Evaluator:
         """DeviceError now, not at the first evaluation, if the device is not here."""
         self.backend.runtime.require_device(self.backend, self.device)
 
-    def _loaded(self) -> Executor:
+    def load(self) -> Executor:
+        """Build and load the eval program now (the first evaluation does it otherwise):
+        a training loop calls this before its first step, so no compile lands inside it."""
         if self._executor is None:
             program, runtime = self.build(), self.backend.runtime
             artifact = runtime.build(program, self.backend, self.arch)
@@ -44,6 +46,8 @@ class Evaluator:
         return self._executor
 
     def loss(self, params: list[Any], inputs: np.ndarray, targets: np.ndarray) -> float:
-        executor = self._loaded()
+        """`params`: host arrays, or what the training executor's `params_snapshot` gave
+        (the eval executor is of the same backend, so it takes them where they are)."""
+        executor = self.load()
         executor.set_params(params)
         return float(np.mean(executor.run(inputs, targets)))

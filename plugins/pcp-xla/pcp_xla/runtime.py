@@ -202,11 +202,29 @@ class XlaExecutor:
         self._params: tuple[Any, ...] | None = None
         self._opt_state: tuple[Any, ...] | None = None
 
-    def _upload(self, arrays: list[np.ndarray], specs: list[TensorSpec]) -> tuple[Any, ...]:
+    def _upload(self, arrays: list[Any], specs: list[TensorSpec]) -> tuple[Any, ...]:
         import jax
 
+        if arrays and all(self._here(a, s) for a, s in zip(arrays, specs, strict=False)):
+            if len(arrays) != len(specs):
+                raise ValueError(f"expected {len(specs)} tensors, got {len(arrays)}")
+            # already on this device (a params_snapshot): copied there, since each call
+            # donates what it is given, never through the host
+            return tuple(a.copy() for a in arrays)
         # copied, so the device array owns its memory (on the CPU it would share numpy's)
         return tuple(jax.device_put(a.copy(), self.device) for a in conforming(arrays, specs))
+
+    def _here(self, array: Any, spec: TensorSpec) -> bool:
+        """Whether `array` is a live jax array on this device, of `spec`'s shape and dtype."""
+        import jax
+
+        return (
+            isinstance(array, jax.Array)
+            and not array.is_deleted()
+            and array.devices() == {self.device}
+            and array.shape == tuple(spec.shape)
+            and array.dtype == np.dtype(spec.dtype)
+        )
 
     def set_params(self, params: list[np.ndarray]) -> None:
         """Replace the parameters on the device (the optimizer state stays)."""
@@ -242,6 +260,12 @@ class XlaExecutor:
 
     def params(self) -> list[np.ndarray]:
         return [np.asarray(a) for a in self._params or ()]
+
+    def params_snapshot(self) -> list[Any]:
+        """A copy of the parameters made on the device, which the next call's donation
+        leaves alone: an evaluation on this device takes it as it is, and a checkpoint
+        reads it to the host (`np.asarray`) while training goes on."""
+        return [a.copy() for a in self._params or ()]
 
     def opt_state(self) -> list[np.ndarray]:
         return [np.asarray(a) for a in self._opt_state or ()]

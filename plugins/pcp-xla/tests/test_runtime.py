@@ -104,3 +104,28 @@ def test_compiler_options_for_the_platform_reach_the_compile(
         runtime, "COMPILER_OPTIONS", {PLATFORM: {"xla_allow_excess_precision": False}}
     )
     XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
+
+
+def test_a_params_snapshot_outlives_the_next_call_and_feeds_another_executor() -> None:
+    corpus, config, program = reference()
+    artifact = XLA.build(program, BACKEND, PLATFORM)
+    executor = XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
+    params = initial_params(config)
+    executor.set_params(params)
+    executor.set_opt_state(program.init_opt_state(params))
+    block = config["block_size"]
+    executor.run(*corpus.batches("train", STEPS_PER_CALL, BATCH, block, (0, 0)))
+    snapshot = executor.params_snapshot()
+    expected = executor.params()
+    executor.run(*corpus.batches("train", STEPS_PER_CALL, BATCH, block, (0, 1)))  # donates
+    for kept, host in zip(snapshot, expected, strict=True):
+        np.testing.assert_array_equal(np.asarray(kept), host)
+
+    other = XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
+    other.set_params(snapshot)  # on the device, copied there: its calls donate the copy
+    assert all(not a.is_deleted() for a in snapshot)
+    other.set_opt_state(program.init_opt_state(expected))
+    other.run(*corpus.batches("train", STEPS_PER_CALL, BATCH, block, (0, 2)))
+    assert all(not a.is_deleted() for a in snapshot)
+    with pytest.raises(ValueError, match="expected"):
+        other.set_params(snapshot[:-1])
