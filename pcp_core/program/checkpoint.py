@@ -43,7 +43,8 @@ def _digest(tensors: dict[str, np.ndarray], metadata: dict[str, str] | None = No
     digest = hashlib.sha256()
     for name in sorted(tensors):
         digest.update(name.encode() + b"\0")
-        digest.update(np.ascontiguousarray(tensors[name]).tobytes())
+        # the bytes in place, not a copy (hashlib lets other threads run while it reads)
+        digest.update(np.ascontiguousarray(tensors[name]).reshape(-1).view(np.uint8).data)
     if metadata is not None:
         digest.update(b"\0metadata\0")
         digest.update(json.dumps(metadata, sort_keys=True).encode())

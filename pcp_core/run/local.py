@@ -1,6 +1,10 @@
 """The built-in `local` algorithm: one process trains on one device.
 
-Checkpoints at every evaluation, so an interrupted run keeps what it had learned.
+Checkpoints at every evaluation, so an interrupted run keeps what it had learned. The
+loop keeps the device busy: the eval program is compiled before the first step, an
+executor that can (`params_snapshot`, pcp-xla) hands the evaluation a copy of the
+parameters made on the device, and the checkpoint is read back and written on a thread
+while training goes on (benchmarks/loop_time.py).
 """
 
 import time
@@ -11,6 +15,7 @@ import structlog
 
 from pcp_core.algorithms import RunContext
 from pcp_core.config import ConfigError
+from pcp_core.program.background import OneInFlight
 from pcp_core.program.training import prepare, resolve_backend
 
 log = structlog.get_logger(__name__)
@@ -36,6 +41,17 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
     params = setup.initial_params()
     executor.set_params(params)
     executor.set_opt_state(program.init_opt_state(params))
+    setup.evaluator.load()  # every run evaluates at its end: compile that now, not mid-loop
+    snapshot = getattr(executor, "params_snapshot", executor.params)
+    checkpoints = OneInFlight("checkpoint")
+
+    def checkpoint(params: list[Any], step: int) -> None:  # on the checkpoint thread
+        started = time.perf_counter()
+        setup.save_checkpoint(ctx.run_dir, [np.asarray(p) for p in params], step)
+        if setup.checkpoint_error is None:
+            seconds = round(time.perf_counter() - started, 3)
+            log.info("checkpoint written", step=step, seconds=seconds)
+
     log.info(
         "training",
         backend=backend.name,
@@ -69,14 +85,15 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
         if not np.isfinite(losses).all():  # before a checkpoint could keep the broken params
             raise FloatingPointError(f"loss became {losses[-1]} at step {step}; lower --lr")
         if setup.evaluates_after(step, config.steps_per_call):
-            params = executor.params()
+            params = snapshot()
             status.set_state("evaluating", step=step)
             val_loss = setup.validation_loss(params)
             status.set_state("training", step=step)
             record["val_loss"] = val_loss
-            setup.save_checkpoint(ctx.run_dir, params, step)
+            checkpoints.submit(lambda params=params, step=step: checkpoint(params, step))
         ctx.metrics.write(record)
         ctx.progress.update(step, loss=record["loss"], tokens_per_s=tokens / compute_s)
+    checkpoints.wait()  # the last one is written before the summary says whether it was
 
     summary = setup.summary(
         float(losses[-1]), val_loss, tokens, tokens / compute_s, ctx.metrics.elapsed()
