@@ -17,6 +17,8 @@ nox -s "plugin(pcp-adamw)"
   algorithm x inner optimizer x outer optimizer x transport: compile for the backend,
   then train where the device exists; elsewhere the session is reported as skipped,
   with the reason. CPU, Vulkan (lavapipe) and XLA (on the CPU jaxlib) must train under CI.
+- worker-iree-cpu: an IREE worker installed without jax or the IREE compiler
+  (requirements-worker.txt) trains for a shepherd from env-cpu.
 - scaffold: `pcp plugin new` for every kind; each package installs and passes its tests.
 - dist, install: wheels and sdists checked; from dist/ with pip, the commands users type.
 """
@@ -25,9 +27,11 @@ import json
 import math
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 import zipfile
 from pathlib import Path
@@ -265,6 +269,60 @@ for _backend in BACKENDS:
     make_environment(_backend)
     for _combination in combinations():
         make_combination(_backend, _combination)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@nox.session(name="worker-iree-cpu", python=PYTHON, requires=["env-cpu"], tags=["cpu", "matrix"])
+def worker_iree_cpu(session: nox.Session) -> None:
+    """An IREE worker installed as the README says, without jax or the IREE compiler
+    (requirements-worker.txt), trains a DiLoCo run for a shepherd from env-cpu."""
+    worker = [str(PACKAGES[n]) for n in ("pcp-cpu", "pcp-nesterov", "pcp-capnp-tcp", "pcp-diloco")]
+    session.install("--no-deps", str(ROOT), *worker)
+    session.install("-r", str(ROOT / "requirements-worker.txt"))
+    session.chdir(tempfile.mkdtemp())
+    found = session.run(
+        "python", "-c",
+        "import importlib.util as u; print(*[m for m in ('jax', 'jaxlib', 'optax', "
+        "'iree.compiler') if u.find_spec(m)])",
+        silent=True,
+    ).strip()  # fmt: skip
+    if found:
+        session.error(f"the worker's environment has {found}")
+    session.run("pcp", "worker", "--help", silent=True)
+    port = free_port()
+    shepherd_bin = ROOT / ".nox" / "env-cpu" / "bin"
+    command = [str(shepherd_bin / "pcp"), "shepherd", "--port", str(port), "--workers", "1"]
+    command += [*TINY, *SHORT, "--inner-steps", "10", "--eval-batches", "2", "--out", "run"]
+    env = os.environ | {
+        "PCP_CACHE_DIR": compile_cache(),
+        "PATH": f"{shepherd_bin}:{os.environ['PATH']}",
+    }
+    with open("shepherd.log", "wb") as log:
+        shepherd = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        for _ in range(600):  # the secret it writes for loopback workers
+            if Path("run/token").exists() or shepherd.poll() is not None:
+                break
+            time.sleep(0.1)
+        session.run(
+            "pcp", "worker", "--connect", f"127.0.0.1:{port}", "--backend", "cpu",
+            "--token-file", "run/token", "--restarts", "0", env={"PCP_STRICT_PLUGINS": "1"},
+        )  # fmt: skip
+        code = shepherd.wait(300)
+    finally:
+        if shepherd.poll() is None:
+            shepherd.kill()
+    if code != 0:
+        session.error(f"the shepherd failed ({code}): {Path('shepherd.log').read_text()[-3000:]}")
+    summary = json.loads(Path("run/summary.json").read_text())
+    loss = summary["final_train_loss"]
+    if not (math.isfinite(loss) and loss < summary["unigram_entropy"] + 0.5):
+        session.error(f"the jax-free worker did not train: final loss {loss}")
 
 
 @nox.session(python=PYTHON, tags=["authoring"])
