@@ -1,4 +1,5 @@
-"""PCP's own model, dataset, algorithm and metrics writer, registered as plugins are.
+"""PCP's own model, dataset, algorithm, codec and metrics writer, registered as plugins
+are.
 
 Each hook imports what it registers when it is called, not at the top: plugin
 discovery runs on every `pcp` start, and `pcp --help` must not pay for the model.
@@ -33,6 +34,13 @@ def _run_local(ctx: RunContext) -> dict[str, Any]:
 @hookimpl
 def pcp_register_algorithms(register) -> None:
     register(Algorithm(name="local", run=_run_local, description="single process, single device"))
+
+
+@hookimpl
+def pcp_register_codecs(register) -> None:
+    from pcp_core.codecs import FLOAT32
+
+    register(FLOAT32)
 
 
 @hookimpl

@@ -15,6 +15,7 @@ if TYPE_CHECKING:  # types only: importing this module must stay instant
 
     from pcp_core.algorithms import Algorithm
     from pcp_core.backends import Backend
+    from pcp_core.codecs import Codec
     from pcp_core.data.text import DatasetSource
     from pcp_core.models import Model
     from pcp_core.optimizers import InnerOptimizer, OuterOptimizer
@@ -41,6 +42,11 @@ def pcp_register_optimizers(
 @hookspec
 def pcp_register_transports(register: "Callable[[Transport], None]") -> None:
     """Register `pcp_core.wire.transport.Transport` objects."""
+
+
+@hookspec
+def pcp_register_codecs(register: "Callable[[Codec], None]") -> None:
+    """Register `pcp_core.codecs.Codec` objects (how tensors cross the link as bytes)."""
 
 
 @hookspec

@@ -22,6 +22,7 @@ from pcp_core.registry import Registry
 if TYPE_CHECKING:  # types only: plugin discovery must not import what it finds
     from pcp_core.algorithms import Algorithm
     from pcp_core.backends import Backend
+    from pcp_core.codecs import Codec
     from pcp_core.data.text import DatasetSource
     from pcp_core.models import Model
     from pcp_core.optimizers import InnerOptimizer, OuterOptimizer
@@ -38,6 +39,7 @@ REGISTRY_HOOKS: dict[str, str] = {
     "backend": "pcp_register_backends",
     "optimizer": "pcp_register_optimizers",
     "transport": "pcp_register_transports",
+    "codec": "pcp_register_codecs",
     "algorithm": "pcp_register_algorithms",
     "model": "pcp_register_models",
     "dataset": "pcp_register_datasets",
@@ -194,6 +196,9 @@ class PluginHost:
 
     def transport(self, name: str) -> "Transport":
         return self.registries["transport"].get(name)
+
+    def codec(self, name: str) -> "Codec":
+        return self.registries["codec"].get(name)
 
     def algorithm(self, name: str) -> "Algorithm":
         return self.registries["algorithm"].get(name)

@@ -18,6 +18,7 @@ FIRST_PARTY: dict[tuple[str, str], str] = {
     ("optimizer", "nesterov"): "pcp-nesterov",
     ("algorithm", "diloco"): "pcp-diloco",
     ("transport", "capnp-tcp"): "pcp-capnp-tcp",
+    **{("codec", name): "pcp-codecs" for name in ("bf16", "int8", "fp4", "topk")},
 }
 
 

@@ -139,7 +139,7 @@ NEW_PLUGIN_HELP = (
 def plugin_new(
     name: str = typer.Argument(..., help="Registered name, e.g. my-sgd (package pcp-my-sgd)."),
     kind: str = typer.Option(
-        ..., "--kind", help="backend, optimizer, transport, algorithm, model or dataset."
+        ..., "--kind", help="backend, optimizer, transport, algorithm, model, dataset or codec."
     ),
     directory: Path = typer.Option(Path("."), "--dir", help="Where to create pcp-NAME/."),
 ) -> None:

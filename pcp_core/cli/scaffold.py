@@ -11,7 +11,7 @@ from string import Template
 
 from pcp_core import __version__
 
-KINDS = ("backend", "optimizer", "transport", "algorithm", "model", "dataset")
+KINDS = ("backend", "optimizer", "transport", "algorithm", "model", "dataset", "codec")
 NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 
 # what the generated package needs beyond pcp-core, what its conformance suite needs
@@ -30,6 +30,7 @@ USAGE = {
     "algorithm": "pcp train --algorithm $name --loss-goal 2.5   # --loss-goal: its own setting",
     "model": "pcp train --model $name --model-settings context=8,n_hidden=256",
     "dataset": "pcp train --dataset $name --data DIR_OF_TXT_FILES",
+    "codec": "pcp train --algorithm diloco --codec $name",
 }
 
 

@@ -23,12 +23,14 @@ from before the last step (`pcp_core.shepherd.step_guard`).
 import math
 import statistics
 import threading
+import time
 from collections import deque
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 import numpy as np
 
+from pcp_core.codecs import Codec, CodecError, decode_tensor
 from pcp_core.program.build import TensorSpec
 from pcp_core.wire.messages import Result
 from pcp_core.wire.transport import TensorHeader, TransportError
@@ -131,23 +133,52 @@ class StagingPool:
 
 
 class DeltaSink:
-    """A `TensorSink` that reads a Delta's tensors into a staging buffer, in spec order."""
+    """A `TensorSink` that reads a Delta's tensors into a staging buffer, in spec order.
 
-    def __init__(self, arrays: list[np.ndarray], specs: list[TensorSpec]) -> None:
-        self.arrays, self.specs = arrays, specs
+    Under a codec (`RunSettings.codec` other than f32) each tensor comes as the bytes of
+    its encoding, at most as many as the codec may take for it; they are decoded into
+    the staging buffer, and bytes that decode to nothing make the delta malformed."""
+
+    def __init__(
+        self, arrays: list[np.ndarray], specs: list[TensorSpec], codec: Codec | None = None
+    ) -> None:
+        self.arrays, self.specs, self.codec = arrays, specs, codec
         self.filled_count = 0
+        self.encoded_bytes = 0
+        self.decode_s = 0.0
 
     def buffer(self, index: int, header: TensorHeader) -> np.ndarray:
         spec = self.specs[index] if index < len(self.specs) else None
-        expected = None if spec is None else (spec.name, spec.shape, spec.dtype)
-        if (header.name, header.shape, header.dtype) != expected:
+        if spec is None or header.name != spec.name:
             raise MalformedDelta(
-                f"unexpected tensor {header.name} {header.shape} {header.dtype}"
-                + ("" if expected is None else f", expected {expected[0]} {expected[1]}")
+                f"unexpected tensor {header.name}"
+                + ("" if spec is None else f", expected {spec.name}")
             )
-        return self.arrays[index]
+        if self.codec is None:
+            if (header.shape, header.dtype) != (spec.shape, spec.dtype):
+                raise MalformedDelta(
+                    f"unexpected tensor {header.name} {header.shape} {header.dtype}, "
+                    f"expected {spec.name} {spec.shape}"
+                )
+            return self.arrays[index]
+        limit = 1 + self.codec.max_bytes(int(np.prod(spec.shape, dtype=np.int64)))
+        if header.dtype != "uint8" or len(header.shape) != 1 or header.shape[0] > limit:
+            raise MalformedDelta(
+                f"tensor {header.name} is {header.dtype} {header.shape}, not a {self.codec.name} "
+                f"encoding (uint8, at most {limit} bytes)"
+            )
+        return np.empty(header.shape, np.uint8)
 
     def filled(self, index: int, header: TensorHeader, array: np.ndarray) -> None:
+        if self.codec is not None:
+            started = time.perf_counter()
+            try:
+                decoded = decode_tensor(self.codec, array.tobytes(), self.specs[index].shape)
+            except CodecError as error:
+                raise MalformedDelta(f"tensor {header.name}: {error}") from error
+            np.copyto(self.arrays[index], decoded)
+            self.encoded_bytes += array.size
+            self.decode_s += time.perf_counter() - started
         self.filled_count += 1
 
 

@@ -20,6 +20,7 @@ pseudo-gradients then hold only the parameters it returns, and a worker that too
 in the last round is sent only what that round's outer step changed.
 """
 
+import threading
 import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
@@ -27,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import structlog
 
+from pcp_core.codecs import Codec
 from pcp_core.shepherd.admission import WorkerLink
 from pcp_core.shepherd.aggregation import (
     BadResult,
@@ -59,6 +61,10 @@ class RoundOutcome:
     lost: list[WorkerLink] = field(default_factory=list)  # disconnected: dead, late, broken
     bytes_sent: int = 0
     bytes_received: int = 0
+    # accepted pseudo-gradients as they crossed the link and as float32, and decoding
+    delta_bytes: int = 0
+    delta_raw_bytes: int = 0
+    decode_s: float = 0.0
     report_s: float = 0.0  # assignments out to the last report (or the deadline)
     seconds: float = 0.0  # the whole attempt, fetching the deltas included
 
@@ -90,6 +96,7 @@ class RoundPlan:
     worker_timeout_s: float
     status: RunStatus = field(default_factory=lambda: RunStatus(log_progress=False))
     excluded: dict[str, str] = field(default_factory=dict)  # worker name -> why refused
+    codec: Codec | None = None  # pseudo-gradients come encoded (None: float32 as it is)
 
 
 def run_attempt(
@@ -247,7 +254,7 @@ def _fetch(
             arrays = [buffer[i] for i in plan.returned]
             try:
                 link.conn.send(Fetch(plan.round, plan.attempt))
-                sink = DeltaSink(arrays, [staging.specs[i] for i in plan.returned])
+                sink = DeltaSink(arrays, [staging.specs[i] for i in plan.returned], plan.codec)
                 reply = link.conn.receive(sink)
                 if not isinstance(reply, Delta):
                     raise TransportError(f"expected a Delta, got {type(reply).__name__}")
@@ -265,12 +272,18 @@ def _fetch(
                 _refuse(link, plan, error, outcome)
                 return
             total.add(arrays, plan.returned)
+        raw = sum(array.nbytes for array in arrays)
+        with counting:
+            outcome.delta_raw_bytes += raw
+            outcome.delta_bytes += sink.encoded_bytes if plan.codec else raw
+            outcome.decode_s += sink.decode_s
         outcome.results[link.index] = result
         outcome.senders[link.index] = link.hello.worker_name
         plan.status.worker_state(link.index, "ready", plan.round)
 
     if not accepted:
         return
+    counting = threading.Lock()
     workers = min(len(accepted), staging.count)  # more would only wait for a buffer
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pcp-fetch") as pool:
         for future in [pool.submit(fetch, link, result) for link, result in accepted]:

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import structlog
 
+from pcp_core.codecs import Codec
 from pcp_core.shepherd.admission import Admission, WorkerLink
 from pcp_core.shepherd.aggregation import NormBound, RunningSum, StagingPool
 from pcp_core.shepherd.rounds import (
@@ -86,6 +87,13 @@ class Shepherd:
         admission = self.admission
         fetched = {str(i): names for i, names in sorted(admission.shards_fetched.items())}
         return {"shard_bytes": admission.shard_bytes, "shards_fetched": fetched}
+
+    def _codec(self) -> Codec | None:
+        """The codec pseudo-gradients come in (None: float32 as it is)."""
+        from pcp_core import plugins
+
+        name = self.admission.settings.codec
+        return None if name == "f32" else plugins.host().codec(name)
 
     def start(self) -> None:
         self.admission.stop_late = self.stop_joined
@@ -201,6 +209,7 @@ class Shepherd:
                 self.limits.worker_timeout_s,
                 self.admission.status,
                 dict(excluded or {}),
+                self._codec(),
             )
             total = RunningSum(self._sums)
             outcome = run_attempt(plan, links, total, self._staging, bound)

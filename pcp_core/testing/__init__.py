@@ -11,6 +11,7 @@ from typing import Any
 SUITES = {
     "AlgorithmConformance": "algorithm_suite",
     "BackendConformance": "backend_suite",
+    "CodecConformance": "codec_suite",
     "DatasetConformance": "dataset_suite",
     "InnerOptimizerConformance": "optimizer_suite",
     "ModelConformance": "model_suite",

@@ -24,7 +24,9 @@ from typing import Any
 
 import numpy as np
 
-PROTOCOL_VERSION = 6  # 6: a Result says where the worker's time went; a run may overlap rounds
+# 6: a Result says where the worker's time went; a run may overlap rounds
+# 7: a pseudo-gradient may cross encoded (RunSettings.codec); a Result says how long that took
+PROTOCOL_VERSION = 7
 
 
 @dataclass
@@ -95,6 +97,9 @@ class RunSettings:
     plugins: dict[str, dict[str, Any]] = field(default_factory=dict)
     # a worker starts each next round while its result travels (pcp_core.worker.overlap)
     overlap: bool = False
+    # how a pseudo-gradient crosses the link (pcp_core.codecs): "f32", float32 as it is,
+    # or the name of a registered codec, its tensors then bytes (uint8)
+    codec: str = "f32"
 
 
 @dataclass(frozen=True)
@@ -179,6 +184,7 @@ class Result:
     # next Assignment with its parameters) and sending (that Result, its Delta)
     waited_s: float = 0.0
     sent_s: float = 0.0
+    encode_s: float = 0.0  # encoding its pseudo-gradient (RunSettings.codec)
 
 
 @dataclass

@@ -26,7 +26,9 @@ from pcp_core.backends import Backend, Executor
 from pcp_core.data.errors import DataError
 from pcp_core.data.shard_transfer import ShardSource, default_shard_cache, shard_dataset
 from pcp_core.data.text import CharCorpus
+from pcp_core.plugins import host as installed_plugins
 from pcp_core.program.build import TensorSpec
+from pcp_core.registry import UnknownNameError
 from pcp_core.wire import auth
 from pcp_core.wire.channel import SealedConnection, session_keys
 from pcp_core.wire.liveness import LiveConnection
@@ -131,6 +133,10 @@ def load_setup(
         settings = WorkerSettings.from_json(setup.settings_json)
     except ValueError as error:
         raise JoinRefused(str(error)) from None
+    try:
+        installed_plugins().codec(settings.codec)  # else its first Result would fail
+    except UnknownNameError as error:
+        raise JoinRefused(f"the run sends pseudo-gradients as {settings.codec}: {error}") from None
     specs = ShippedSpecs(
         [TensorSpec(n, s, d) for n, s, d in settings.param_specs],
         [TensorSpec(n, s, d) for n, s, d in settings.opt_specs],

@@ -2,15 +2,22 @@
 `pcp_core.worker.overlap.OverlappedRounds`): it saves the inner state and sends a
 Result (losses, the pseudo-gradient's norm, where its time went); the shepherd answers
 with a Fetch, answered with the Delta, or a Discard (also after the Delta, when its
-tensors failed the shepherd's checks)."""
+tensors failed the shepherd's checks).
 
+Under a codec other than f32 (`RunSettings.codec`) the pseudo-gradient is encoded when
+the round ends, each tensor sent as its bytes, and the norm the Result announces is the
+decoded one's: what the shepherd will check and sum."""
+
+import time
 from collections.abc import Callable
 
+import numpy as np
 import structlog
 
+from pcp_core.codecs import Feedback
 from pcp_core.shepherd.aggregation import delta_norm
 from pcp_core.wire.liveness import LiveConnection
-from pcp_core.wire.messages import Assignment, Delta, Discard, Fetch, Result
+from pcp_core.wire.messages import Assignment, Delta, Discard, Fetch, Result, Tensor
 from pcp_core.wire.transport import TransportError
 from pcp_core.worker.clock import NetworkClock
 from pcp_core.worker.session import InnerState, RoundWork
@@ -22,9 +29,14 @@ class Reports:
     """A worker's messages with the shepherd, and the round it reported last."""
 
     def __init__(self, conn: LiveConnection, inner: InnerState) -> None:
+        from pcp_core import plugins
+
         self.conn, self.inner = conn, inner
         self.clock = NetworkClock()
-        self.pending: tuple[Assignment, RoundWork] | None = None  # sent, not yet settled
+        codec = inner.session.settings.codec
+        self.feedback = None if codec == "f32" else Feedback(plugins.host().codec(codec))
+        # sent, not yet settled: the round and the tensors its Delta carries
+        self.pending: tuple[Assignment, list[Tensor]] | None = None
 
     def receive(self) -> object:
         return self.clock.receive(self.conn)
@@ -32,12 +44,25 @@ class Reports:
     def report(self, assignment: Assignment, work: RoundWork) -> None:
         """Round `assignment.round` is done: save its inner state, send its Result."""
         self.inner.finished(assignment.round)
-        norm = delta_norm([t.array for t in work.tensors])
+        started = time.perf_counter()
+        tensors, norm = self.encoded(work.tensors)
+        encode_s = time.perf_counter() - started
         waited_s, sent_s = self.clock.take()
-        timings = (work.compute_s, norm, waited_s, sent_s)
+        timings = (work.compute_s, norm, waited_s, sent_s, encode_s)
         result = Result(assignment.round, assignment.attempt, work.losses, *timings)
         self.clock.send(self.conn, result)
-        self.pending = (assignment, work)
+        self.pending = (assignment, tensors)
+
+    def encoded(self, tensors: list[Tensor]) -> tuple[list[Tensor], float]:
+        """The tensors as the Delta carries them, and the norm the shepherd will see."""
+        if self.feedback is None:
+            return tensors, delta_norm([t.array for t in tensors])
+        sent, decoded = [], []
+        for tensor in tensors:
+            data, values = self.feedback.encode(tensor.name, tensor.array)
+            sent.append(Tensor(tensor.name, np.frombuffer(data, np.uint8)))
+            decoded.append(values)
+        return sent, delta_norm(decoded)
 
     def settle(self, message: Fetch | Discard, refused: Callable[[], None] = lambda: None) -> None:
         """Answer a Fetch with the Delta; on a Discard, call `refused` and restore the
@@ -46,7 +71,7 @@ class Reports:
         if self.pending is None or (self.pending[0].round, self.pending[0].attempt) != asked:
             raise TransportError(f"the shepherd asked about round {asked}, not ours")
         if isinstance(message, Fetch):  # pending stays: the tensors may fail a check
-            delta = Delta(message.round, message.attempt, self.pending[1].tensors)
+            delta = Delta(message.round, message.attempt, self.pending[1])
             self.clock.send(self.conn, delta)
             return
         log.warning("result refused", round=message.round, reason=message.reason)

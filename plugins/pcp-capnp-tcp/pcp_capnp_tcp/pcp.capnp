@@ -93,6 +93,7 @@ struct Result {
   norm @4 :Float64;
   waitedS @5 :Float64;
   sentS @6 :Float64;
+  encodeS @7 :Float64;
 }
 
 struct Fetch {

@@ -102,6 +102,13 @@ class DilocoSettings:
         "round (pcp_core.worker.overlap), so the network hides behind the inner steps.",
         choices=("none", "delayed"),
     )
+    codec: str = setting(
+        "f32",
+        "How a worker's pseudo-gradient crosses the link (pcp_core.codecs): f32 (float32 "
+        "as it is), or a registered codec such as bf16, int8, fp4 or topk (pcp-codecs; "
+        "`pcp plugins` lists them). The shepherd sums the decoded float32 values.",
+        check=lambda name: unknown_codec(name),
+    )
     fragments: int = setting(
         1,
         "Streaming fragments P: the parameters split into P groups, each synchronised "
@@ -123,6 +130,18 @@ class DilocoSettings:
     def round_steps(self) -> int:
         """Inner steps a round takes: H, or H/P with streaming fragments."""
         return self.inner_steps // self.fragments
+
+
+def unknown_codec(name: str) -> str | None:
+    """Why `name` is no codec here (with the package that has it), or None."""
+    from pcp_core import plugins
+    from pcp_core.registry import UnknownNameError
+
+    try:
+        plugins.host().codec(name)
+    except UnknownNameError as error:
+        return f"names no codec here ({error})"
+    return None
 
 
 @dataclass(frozen=True)

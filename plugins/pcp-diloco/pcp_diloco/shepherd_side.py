@@ -122,6 +122,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
             "diloco": dataclasses.asdict(DilocoWorkerSettings(tuple(reset), diloco.fragments))
         },
         overlap=diloco.overlap == "delayed",
+        codec=diloco.codec,
     )
     status = ctx.status
     status.describe(rounds=rounds, model=config.model, parameters=setup.program.parameter_count)
@@ -183,6 +184,11 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 "round_s": round(outcome.seconds, 4),
                 "compute_s": round(compute_s, 4),
                 "communication_s": round(max(outcome.seconds - compute_s, 0.0), 4),
+                # the accepted pseudo-gradients on the link and as float32 (--codec)
+                "pseudo_gradient_bytes": outcome.delta_bytes,
+                "pseudo_gradient_raw_bytes": outcome.delta_raw_bytes,
+                "encode_s": round(max(r.encode_s for r in outcome.results.values()), 4),
+                "decode_s": round(outcome.decode_s, 4),
             }
             evaluate = setup.evaluates_after(step, diloco.round_steps)
             if evaluate:

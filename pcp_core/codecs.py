@@ -1,0 +1,131 @@
+"""Codecs: how a float32 tensor crosses the link as bytes, and back.
+
+A codec plugin registers `Codec` objects (`pcp_register_codecs`). A codec sees one
+tensor at a time, flattened: `encode` turns float32 values into bytes, `decode` turns
+bytes from the network back into exactly `count` float32 values, and `max_bytes` says
+how many bytes an encoding of `count` values may take, so a receiver refuses a longer
+one before reading it. Everything else is here, once for every codec:
+
+- **Framing** (`encode_tensor`, `decode_tensor`): one leading byte says whether the
+  body is the codec's or a marker for a tensor that held NaN or Inf. A non-finite
+  tensor decodes to NaNs whatever the codec, so the shepherd's result checks refuse it
+  as they refuse a float32 one; a codec only ever encodes finite values.
+- **Error feedback** (`Feedback`): a lossy codec may ask for it (`feedback = True`, as
+  top-k selection does): the sender keeps, per tensor, what the decoded form lacked and
+  adds it to that tensor's next value before encoding, so nothing is lost for good,
+  only sent later.
+
+Decoders read bytes from the network: a malformed body raises `CodecError` with a
+message that says what is wrong, never another exception, and allocates no more than
+the `count` values it was asked for.
+"""
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+
+FINITE, NON_FINITE = 0, 1  # the framing byte
+
+
+class CodecError(ValueError):
+    """Bytes that are no encoding of the tensor they claim to be."""
+
+
+class Codec(ABC):
+    """Float32 values to bytes and back; see the module docstring."""
+
+    name: str
+    description: str
+    feedback: bool = False  # the sender keeps what the decoded form lacks (`Feedback`)
+
+    @abstractmethod
+    def encode(self, values: np.ndarray) -> bytes:
+        """Finite float32 values, one dimension, to bytes."""
+
+    @abstractmethod
+    def decode(self, data: bytes, count: int) -> np.ndarray:
+        """`count` float32 values from `data`; CodecError if `data` is not an encoding."""
+
+    @abstractmethod
+    def max_bytes(self, count: int) -> int:
+        """The longest encoding of `count` values."""
+
+    @abstractmethod
+    def error_bound(self, values: np.ndarray) -> np.ndarray:
+        """The largest absolute error of each decoded value of `values` (without error
+        feedback); the conformance suite holds every round trip to it."""
+
+
+def encode_tensor(codec: Codec, array: np.ndarray) -> bytes:
+    """An array (any shape, float32) framed for the link."""
+    values = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)
+    if not np.isfinite(values).all():
+        return bytes([NON_FINITE])
+    return bytes([FINITE]) + codec.encode(values)
+
+
+def decode_tensor(codec: Codec, data: bytes, shape: tuple[int, ...]) -> np.ndarray:
+    """The float32 array of `shape` that `data` frames; CodecError if it frames none."""
+    count = int(np.prod(shape, dtype=np.int64))
+    if not data:
+        raise CodecError(f"{codec.name}: empty encoding of a tensor of {count} values")
+    if len(data) > 1 + codec.max_bytes(count):
+        raise CodecError(
+            f"{codec.name}: {len(data) - 1} bytes, more than the {codec.max_bytes(count)} "
+            f"an encoding of {count} values may take"
+        )
+    if data[0] == NON_FINITE:
+        if len(data) != 1:
+            raise CodecError(f"{codec.name}: a non-finite marker with a body")
+        return np.full(shape, np.nan, np.float32)
+    if data[0] != FINITE:
+        raise CodecError(f"{codec.name}: unknown framing byte {data[0]}")
+    values = codec.decode(memoryview(data)[1:].tobytes(), count)
+    if values.dtype != np.float32 or values.shape != (count,):
+        raise CodecError(f"{codec.name}: decoded {values.dtype} {values.shape}, not {count}")
+    return values.reshape(shape)
+
+
+@dataclass
+class Feedback:
+    """Error feedback for one sender: per tensor name, what the decoded forms lacked."""
+
+    codec: Codec
+    residuals: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def encode(self, name: str, array: np.ndarray) -> tuple[bytes, np.ndarray]:
+        """Encode `array` plus what this tensor's last encodings left out, and keep what
+        this one leaves out (nothing after a non-finite tensor); the bytes and their
+        decoded form, what the receiver will see."""
+        owed = self.residuals.pop(name, None) if self.codec.feedback else None
+        target = array.astype(np.float32) if owed is None else array + owed
+        data = encode_tensor(self.codec, target)
+        decoded = decode_tensor(self.codec, data, target.shape)
+        if self.codec.feedback and data[0] == FINITE:
+            self.residuals[name] = target - decoded
+        return data, decoded
+
+
+class Float32(Codec):
+    """The values as they are, little-endian: today's wire format."""
+
+    name = "f32"
+    description = "float32 as it is (4 bytes a value, lossless)"
+
+    def encode(self, values: np.ndarray) -> bytes:
+        return values.astype("<f4", copy=False).tobytes()
+
+    def decode(self, data: bytes, count: int) -> np.ndarray:
+        if len(data) != 4 * count:
+            raise CodecError(f"f32: {len(data)} bytes for {count} values, expected {4 * count}")
+        return np.frombuffer(data, "<f4").astype(np.float32)
+
+    def max_bytes(self, count: int) -> int:
+        return 4 * count
+
+    def error_bound(self, values: np.ndarray) -> np.ndarray:
+        return np.zeros_like(values)
+
+
+FLOAT32 = Float32()

@@ -1,0 +1,66 @@
+"""The shepherd's side of a codec: a Delta's encoded tensors are checked against the
+codec's limits as their headers arrive and decoded into the staging buffer; anything
+else is a malformed delta (the connection is closed, the result refused)."""
+
+import numpy as np
+import pytest
+
+from pcp_core import plugins
+from pcp_core.codecs import encode_tensor
+from pcp_core.program.build import TensorSpec
+from pcp_core.shepherd.aggregation import DeltaSink, MalformedDelta
+from pcp_core.wire.transport import TensorHeader
+
+SPEC = TensorSpec("w", (40, 30), "float32")
+
+
+def receive(sink: DeltaSink, name: str, array: np.ndarray) -> None:
+    """What the transport does with one tensor: header, buffer, bytes, filled."""
+    header = TensorHeader(name, array.dtype.name, array.shape, array.nbytes)
+    buffer = sink.buffer(0, header)
+    buffer[...] = array
+    sink.filled(0, header, buffer)
+
+
+@pytest.mark.parametrize("name", ["bf16", "int8", "fp4", "topk"])
+def test_an_encoded_tensor_is_decoded_into_the_staging_buffer(name: str) -> None:
+    codec = plugins.host().codec(name)
+    values = np.random.default_rng(0).standard_normal(SPEC.shape).astype(np.float32)
+    data = np.frombuffer(encode_tensor(codec, values), np.uint8)
+    staging = np.zeros(SPEC.shape, np.float32)
+    sink = DeltaSink([staging], [SPEC], codec)
+    receive(sink, "w", data)
+    assert sink.filled_count == 1 and sink.encoded_bytes == data.size
+    assert (
+        np.abs(staging - values) <= codec.error_bound(values.reshape(-1)).reshape(SPEC.shape)
+    ).all()
+
+
+def test_float32_where_a_codec_was_agreed_is_malformed() -> None:
+    sink = DeltaSink([np.zeros(SPEC.shape, np.float32)], [SPEC], plugins.host().codec("int8"))
+    with pytest.raises(MalformedDelta, match="not a int8 encoding"):
+        receive(sink, "w", np.zeros(SPEC.shape, np.float32))
+
+
+def test_more_bytes_than_the_codec_may_take_are_refused_before_reading() -> None:
+    codec = plugins.host().codec("int8")
+    sink = DeltaSink([np.zeros(SPEC.shape, np.float32)], [SPEC], codec)
+    too_long = 2 + codec.max_bytes(1200)
+    header = TensorHeader("w", "uint8", (too_long,), too_long)
+    with pytest.raises(MalformedDelta, match="at most"):
+        sink.buffer(0, header)
+
+
+def test_bytes_that_decode_to_nothing_are_malformed() -> None:
+    codec = plugins.host().codec("fp4")
+    sink = DeltaSink([np.zeros(SPEC.shape, np.float32)], [SPEC], codec)
+    garbage = np.full(1 + codec.max_bytes(1200), 0xFF, np.uint8)
+    garbage[0] = 0
+    with pytest.raises(MalformedDelta, match="scale"):
+        receive(sink, "w", garbage)
+
+
+def test_a_tensor_of_another_name_is_malformed() -> None:
+    sink = DeltaSink([np.zeros(SPEC.shape, np.float32)], [SPEC], plugins.host().codec("bf16"))
+    with pytest.raises(MalformedDelta, match="expected w"):
+        receive(sink, "v", np.zeros(10, np.uint8))
