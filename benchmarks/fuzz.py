@@ -1,7 +1,9 @@
-"""A long fuzzing run of the capnp-tcp decoders a network peer reaches, and its count.
+"""A long fuzzing run of the decoders a network peer reaches, and its count.
 
-Runs plugins/pcp-capnp-tcp/tests/test_fuzz.py through pytest with PCP_FUZZ_EXAMPLES
-examples per test instead of the quick default, and writes benchmarks/results/fuzz.json:
+Runs plugins/pcp-capnp-tcp/tests/test_fuzz.py (the frame decoders) and
+plugins/pcp-codecs/tests/test_fuzz.py (every codec's decoder) through pytest with
+PCP_FUZZ_EXAMPLES examples per test instead of the quick default, and writes
+benchmarks/results/fuzz.json:
 the inputs each test tried and their sum per decoder, whether every test passed, the
 hypothesis version, the duration and the command, so the figure can be reproduced.
 
@@ -23,11 +25,17 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-PYTEST_ARGS = ["-q", "-p", "no:cacheprovider", "plugins/pcp-capnp-tcp/tests/test_fuzz.py"]
-# test name prefix: the decoder it feeds (receive runs header.decode too, after the prefix)
+PYTEST_ARGS = [
+    *("-q", "-p", "no:cacheprovider"),
+    "plugins/pcp-capnp-tcp/tests/test_fuzz.py",
+    "plugins/pcp-codecs/tests/test_fuzz.py",
+]
+# test name prefix: the decoder it feeds (receive runs header.decode too, after the prefix;
+# a codec test's id ends in the codec's name, [int8], which names the decoder's codec)
 DECODERS = {
     "test_header_decode_": "pcp_capnp_tcp.header.decode",
     "test_receive_": "pcp_capnp_tcp.connection.CapnpConnection.receive",
+    "test_codec_decode_": "pcp_core.codecs.decode_tensor",
 }
 
 
@@ -35,7 +43,7 @@ def decoder_of(test: str) -> str:
     """The decoder a fuzz test feeds, by its name."""
     for prefix, decoder in DECODERS.items():
         if test.startswith(prefix):
-            return decoder
+            return decoder + (test[test.index("[") :] if "[" in test else "")
     raise KeyError(f"{test} feeds no decoder in DECODERS; add it")
 
 
@@ -51,9 +59,9 @@ def main() -> None:
         exit_code = subprocess.run(command, cwd=ROOT, env=env, check=False).returncode
         duration_s = time.monotonic() - started
         tried: dict[str, int] = json.loads(report.read_text()) if report.exists() else {}
-    per_decoder = {decoder: 0 for decoder in DECODERS.values()}
-    for test, count in tried.items():
-        per_decoder[decoder_of(test)] += count
+    per_decoder: dict[str, int] = {}
+    for test, count in sorted(tried.items()):
+        per_decoder[decoder_of(test)] = per_decoder.get(decoder_of(test), 0) + count
     result = {
         "command": f"PCP_FUZZ_EXAMPLES={args.examples} "
         + shlex.join(["python", "-m", "pytest", *PYTEST_ARGS]),
