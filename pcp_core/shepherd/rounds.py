@@ -25,7 +25,6 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
-import numpy as np
 import structlog
 
 from pcp_core.codecs import Codec
@@ -42,7 +41,8 @@ from pcp_core.shepherd.aggregation import (
     check_result,
 )
 from pcp_core.watch.run_status import RunStatus
-from pcp_core.wire.messages import Assignment, Delta, Discard, Failure, Fetch, Result, Tensor
+from pcp_core.wire.downlink import Outgoing
+from pcp_core.wire.messages import Assignment, Delta, Discard, Failure, Fetch, Result
 from pcp_core.wire.transport import TransportError
 
 log = structlog.get_logger(__name__)
@@ -88,9 +88,10 @@ class Scope:
 class RoundPlan:
     round: int
     attempt: int
-    params: list[np.ndarray]
+    outgoing: Outgoing  # the parameters as sent (pcp_core.wire.downlink)
     assignments: dict[int, Assignment]  # worker index -> its assignment, tensors empty
     sent: dict[int, tuple[int, ...]]  # worker index -> the parameters it is sent
+    changed: set[int]  # worker indices sent changes to the copy they hold, not values
     returned: tuple[int, ...]  # the parameters each pseudo-gradient holds
     deadline_s: float | None  # None: set by the first report (see the module docstring)
     worker_timeout_s: float
@@ -124,11 +125,13 @@ def run_attempt(
 def _collect_reports(
     plan: RoundPlan, links: list[WorkerLink], staging: StagingPool, outcome: RoundOutcome
 ) -> list[tuple[WorkerLink, Result]]:
-    tensors = [Tensor(s.name, p) for s, p in zip(staging.specs, plan.params, strict=True)]
-
     def exchange(link: WorkerLink) -> Result | None:
         assignment = plan.assignments[link.index]
-        assignment.tensors = [tensors[i] for i in plan.sent[link.index]]
+        out = plan.outgoing
+        if link.index in plan.changed:
+            assignment.tensors = [out.changes[i] for i in plan.sent[link.index]]
+        else:
+            assignment.tensors = [out.whole[i] for i in plan.sent[link.index]]
         link.conn.send(assignment)
         plan.status.worker_state(
             link.index, "training", plan.round, inner_steps=assignment.inner_steps

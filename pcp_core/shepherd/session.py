@@ -34,6 +34,7 @@ from pcp_core.shepherd.rounds import (
     Scope,
     run_attempt,
 )
+from pcp_core.wire.downlink import Downlink
 from pcp_core.wire.messages import Assignment, Stop
 from pcp_core.wire.transport import TransportError
 
@@ -73,6 +74,7 @@ class Shepherd:
     # but for what its outer step changed (Scope.refreshed)
     _current: list[WorkerLink] = field(default_factory=list)
     _staging: StagingPool | None = None
+    _sender: Downlink | None = None  # the global parameters as the workers hold them
     _sums: list[np.ndarray] = field(default_factory=list)  # a round's, float64
     _bound_of_last: NormBound = field(default_factory=NormBound)  # the last round's
     _stop_reason: str = "done"
@@ -88,12 +90,19 @@ class Shepherd:
         fetched = {str(i): names for i, names in sorted(admission.shards_fetched.items())}
         return {"shard_bytes": admission.shard_bytes, "shards_fetched": fetched}
 
-    def _codec(self) -> Codec | None:
-        """The codec pseudo-gradients come in (None: float32 as it is)."""
+    def _codec(self, name: str | None = None) -> Codec | None:
+        """The codec pseudo-gradients come in, or the one `name`s (None: float32)."""
         from pcp_core import plugins
 
-        name = self.admission.settings.codec
+        name = name or self.admission.settings.codec
         return None if name == "f32" else plugins.host().codec(name)
+
+    def _downlink(self) -> Downlink:
+        """How global parameters go out (`RunSettings.codec_down`), made once."""
+        if self._sender is None:
+            names = [spec.name for spec in self.admission.setup.program.param_specs]
+            self._sender = Downlink(names, self._codec(self.admission.settings.codec_down))
+        return self._sender
 
     def start(self) -> None:
         self.admission.stop_late = self.stop_joined
@@ -190,20 +199,24 @@ class Shepherd:
         while True:
             self._wait_for_quorum(round_index)
             links = sorted(self.links.values(), key=lambda link: link.index)
-            assignments, sent = {}, {}
+            assignments, sent, changed = {}, {}, set()
+            refreshed = everything if scope.refreshed is None else scope.refreshed
             for link in links:
                 assignments[link.index] = assignment_for(link.index)
                 assignments[link.index].attempt = attempt
-                current = attempt == 0 and any(link is held for held in self._current)
-                refreshed = scope.refreshed if current else None
-                sent[link.index] = everything if refreshed is None else refreshed
+                if attempt == 0 and any(link is held for held in self._current):
+                    sent[link.index] = refreshed
+                    changed.add(link.index)
+                else:
+                    sent[link.index] = everything
             self._current = []
             plan = RoundPlan(
                 round_index,
                 attempt,
-                params,
+                self._downlink().outgoing(params, refreshed, changes_wanted=bool(changed)),
                 assignments,
                 sent,
+                changed,
                 everything if scope.returned is None else scope.returned,
                 self._deadline(),
                 self.limits.worker_timeout_s,

@@ -100,6 +100,9 @@ class RunSettings:
     # how a pseudo-gradient crosses the link (pcp_core.codecs): "f32", float32 as it is,
     # or the name of a registered codec, its tensors then bytes (uint8)
     codec: str = "f32"
+    # how the global parameters cross to a worker that holds the last ones: as encoded
+    # changes to its copy (pcp_core.wire.downlink), or "f32" values as they are
+    codec_down: str = "f32"
 
 
 @dataclass(frozen=True)

@@ -133,10 +133,11 @@ def load_setup(
         settings = WorkerSettings.from_json(setup.settings_json)
     except ValueError as error:
         raise JoinRefused(str(error)) from None
-    try:
-        installed_plugins().codec(settings.codec)  # else its first Result would fail
-    except UnknownNameError as error:
-        raise JoinRefused(f"the run sends pseudo-gradients as {settings.codec}: {error}") from None
+    for codec, what in ((settings.codec, "pseudo-gradients"), (settings.codec_down, "parameters")):
+        try:
+            installed_plugins().codec(codec)  # else the first round would fail
+        except UnknownNameError as error:
+            raise JoinRefused(f"the run sends {what} as {codec}: {error}") from None
     specs = ShippedSpecs(
         [TensorSpec(n, s, d) for n, s, d in settings.param_specs],
         [TensorSpec(n, s, d) for n, s, d in settings.opt_specs],

@@ -33,13 +33,21 @@ class Reports:
 
         self.conn, self.inner = conn, inner
         self.clock = NetworkClock()
-        codec = inner.session.settings.codec
+        settings = inner.session.settings
+        codec = settings.codec
         self.feedback = None if codec == "f32" else Feedback(plugins.host().codec(codec))
+        if settings.codec_down != "f32":
+            inner.session.downlink.codec = plugins.host().codec(settings.codec_down)
         # sent, not yet settled: the round and the tensors its Delta carries
         self.pending: tuple[Assignment, list[Tensor]] | None = None
 
     def receive(self) -> object:
-        return self.clock.receive(self.conn)
+        """The shepherd's next message; an Assignment's tensors as float32 values (its
+        encoded changes added to the worker's copy, `pcp_core.wire.downlink`)."""
+        message = self.clock.receive(self.conn)
+        if isinstance(message, Assignment):
+            message.tensors = self.inner.session.downlink.take(message.tensors)
+        return message
 
     def report(self, assignment: Assignment, work: RoundWork) -> None:
         """Round `assignment.round` is done: save its inner state, send its Result."""

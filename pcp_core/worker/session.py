@@ -13,6 +13,7 @@ import numpy as np
 import structlog
 
 from pcp_core.backends import Executor
+from pcp_core.wire.downlink import HeldParameters
 from pcp_core.wire.messages import Assignment, Tensor, WorkerSettings
 from pcp_core.worker.state import InnerStateStore
 
@@ -35,6 +36,9 @@ class WorkerSession:
     # The global parameters as this worker last took them in, by parameter: what its
     # pseudo-gradients are measured from (DiLoCo keeps it across rounds). None: none yet.
     anchor: list[np.ndarray] | None = None
+    # its copy of the global parameters, which encoded changes are added to
+    # (RunSettings.codec_down): Reports hands the round float32 values
+    downlink: HeldParameters = field(default_factory=HeldParameters)
 
     def batches(self, assignment: Assignment, call: int) -> tuple[np.ndarray, np.ndarray]:
         """Deterministic batches from this worker's shard for this round: the round's

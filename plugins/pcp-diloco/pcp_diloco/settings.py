@@ -109,6 +109,14 @@ class DilocoSettings:
         "`pcp plugins` lists them). The shepherd sums the decoded float32 values.",
         check=lambda name: unknown_codec(name),
     )
+    codec_down: str = setting(
+        "f32",
+        "How the new global parameters cross to the workers (pcp_core.wire.downlink): "
+        "f32 (float32 values), or a registered codec: each round then sends the encoded "
+        "change to the copy a worker holds, which stays equal to the shepherd's bit for "
+        "bit; a worker that (re)joins gets the whole copy in float32.",
+        check=lambda name: unknown_codec(name),
+    )
     fragments: int = setting(
         1,
         "Streaming fragments P: the parameters split into P groups, each synchronised "

@@ -123,6 +123,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
         },
         overlap=diloco.overlap == "delayed",
         codec=diloco.codec,
+        codec_down=diloco.codec_down,
     )
     status = ctx.status
     status.describe(rounds=rounds, model=config.model, parameters=setup.program.parameter_count)

@@ -15,13 +15,14 @@ from pcp_core.settings import ConfigError, build
 MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "batch_size": 8}
 
 
-def config(out: Path, codec: str) -> RunConfig:
+def config(out: Path, codec: str, codec_down: str = "f32") -> RunConfig:
+    diloco = {"inner_steps": 30, "codec": codec, "codec_down": codec_down}
     return RunConfig(
         algorithm="diloco",
         steps=120,
         eval_every=120,
         out=out,
-        plugins={"diloco": {"inner_steps": 30, "codec": codec}, "shepherd": {"workers": 2}},
+        plugins={"diloco": diloco, "shepherd": {"workers": 2}},
         **MODEL,
     )
 
@@ -39,16 +40,22 @@ def test_an_unknown_codec_is_refused_with_what_is_installed(tmp_path: Path) -> N
 
 
 @pytest.mark.slow
-def test_int8_pseudo_gradients_train_as_far_in_a_quarter_of_the_bytes(tmp_path: Path) -> None:
+def test_int8_both_ways_trains_as_far_in_a_quarter_of_the_bytes(tmp_path: Path) -> None:
     plain = run.train(config(tmp_path / "f32", "f32"), dashboard=False)
-    coded = run.train(config(tmp_path / "int8", "int8"), dashboard=False)
-    for record in rounds(tmp_path / "int8"):
+    coded = run.train(config(tmp_path / "int8", "int8", "int8"), dashboard=False)
+    plain_rounds, coded_rounds = rounds(tmp_path / "f32"), rounds(tmp_path / "int8")
+    for record in coded_rounds:
         assert record["workers"] == 2
         raw, sent = record["pseudo_gradient_raw_bytes"], record["pseudo_gradient_bytes"]
         assert 3.9 < raw / sent < 4.0  # 1 byte a value and a float32 scale per 256
         assert record["encode_s"] > 0 and record["decode_s"] > 0
-    for record in rounds(tmp_path / "f32"):
+    for record in plain_rounds:
         assert record["pseudo_gradient_bytes"] == record["pseudo_gradient_raw_bytes"]
+    # the first round sends the whole model in float32; later ones int8 changes
+    assert coded_rounds[0]["bytes_sent"] == plain_rounds[0]["bytes_sent"]
+    for plain_round, coded_round in zip(plain_rounds[1:], coded_rounds[1:], strict=True):
+        assert 3.5 < plain_round["bytes_sent"] / coded_round["bytes_sent"] < 4.0
+        assert 3.5 < plain_round["bytes_received"] / coded_round["bytes_received"] < 4.0
     # int8 steps of 1/254 of each block's largest value change the loss by far less
     assert abs(coded["final_val_loss"] - plain["final_val_loss"]) < 0.02 * plain["final_val_loss"]
 

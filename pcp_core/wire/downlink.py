@@ -1,0 +1,92 @@
+"""Global parameters to workers through a codec (`RunSettings.codec_down`), without drift.
+
+The shepherd keeps the parameters the workers hold (`Downlink.held`), which a lossy
+codec makes differ a little from its own. Each round it encodes the change from them to
+its parameters, once, for the parameters the round refreshes, and both sides add the
+decoded change to their copy: the same float32 additions of the same decoded values, so
+every worker's copy equals the shepherd's bit for bit (`HeldParameters` on the worker).
+What a codec leaves out of one change is still there in the next one, so the copies do
+not wander from the shepherd's parameters. A worker that does not hold the current copy
+(its first round, a rejoin, a refused or retried round) gets the whole copy in float32;
+a round that sends nobody a change (a retry, after a rolled-back step) starts the copy
+again from the shepherd's parameters.
+
+Encoded changes travel as uint8 tensors; whole values as float32.
+"""
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from pcp_core.codecs import Codec, CodecError, decode_tensor, encode_tensor
+from pcp_core.wire.messages import Tensor
+from pcp_core.wire.transport import TransportError
+
+
+@dataclass
+class Outgoing:
+    """A round's parameters as sent: the whole model, and the refreshed ones as changes
+    for workers that hold the current copy (by parameter index)."""
+
+    whole: list[Tensor]
+    changes: dict[int, Tensor]
+
+
+@dataclass
+class Downlink:
+    """The shepherd's side; `codec` None sends float32 values as they are."""
+
+    names: list[str]
+    codec: Codec | None = None
+    held: list[np.ndarray] | None = None
+
+    def outgoing(
+        self, params: list[np.ndarray], refreshed: tuple[int, ...], changes_wanted: bool
+    ) -> Outgoing:
+        """What this round sends; `changes_wanted`: some worker holds the current copy."""
+        if self.codec is None:
+            whole = [Tensor(n, p) for n, p in zip(self.names, params, strict=True)]
+            return Outgoing(whole, {i: whole[i] for i in refreshed})
+        if self.held is None or not changes_wanted:
+            self.held = [p.astype(np.float32, copy=True) for p in params]
+            return Outgoing(self.whole(), {})
+        changes = {}
+        for i in refreshed:
+            data = encode_tensor(self.codec, params[i] - self.held[i])
+            self.held[i] = self.held[i] + decode_tensor(self.codec, data, params[i].shape)
+            changes[i] = Tensor(self.names[i], np.frombuffer(data, np.uint8))
+        return Outgoing(self.whole(), changes)
+
+    def whole(self) -> list[Tensor]:
+        assert self.held is not None
+        return [Tensor(n, h) for n, h in zip(self.names, self.held, strict=True)]
+
+
+@dataclass
+class HeldParameters:
+    """A worker's copy of the global parameters, kept in step with `Downlink.held`."""
+
+    codec: Codec | None = None
+    held: dict[str, np.ndarray] = field(default_factory=dict)
+
+    def take(self, tensors: list[Tensor]) -> list[Tensor]:
+        """An Assignment's tensors as float32 values: whole ones as they are, encoded
+        changes added to the copy; the copy keeps both, the caller gets its own arrays."""
+        if self.codec is None:
+            return tensors
+        values = []
+        for tensor in tensors:
+            if tensor.array.dtype != np.uint8:
+                value = tensor.array.astype(np.float32)
+            elif tensor.name not in self.held:
+                raise TransportError(f"a change of {tensor.name} for a worker without it")
+            else:
+                before = self.held[tensor.name]
+                try:
+                    change = decode_tensor(self.codec, tensor.array.tobytes(), before.shape)
+                except CodecError as error:
+                    raise TransportError(f"the change of {tensor.name}: {error}") from None
+                value = before + change
+            self.held[tensor.name] = value
+            values.append(Tensor(tensor.name, value.copy()))
+        return values
