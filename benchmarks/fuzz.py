@@ -9,6 +9,8 @@ hypothesis version, the duration and the command, so the figure can be reproduce
 
     python benchmarks/fuzz.py                   # 20000 examples per test
     python benchmarks/fuzz.py --examples 2000   # a shorter run
+    python benchmarks/fuzz.py --examples 30000 --files plugins/pcp-codecs/tests/test_fuzz.py \
+        --out benchmarks/results/fuzz_codecs.json   # the codecs alone
 """
 
 import argparse
@@ -25,11 +27,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-PYTEST_ARGS = [
-    *("-q", "-p", "no:cacheprovider"),
-    "plugins/pcp-capnp-tcp/tests/test_fuzz.py",
-    "plugins/pcp-codecs/tests/test_fuzz.py",
-]
+PYTEST_OPTIONS = ["-q", "-p", "no:cacheprovider"]
+FILES = ["plugins/pcp-capnp-tcp/tests/test_fuzz.py", "plugins/pcp-codecs/tests/test_fuzz.py"]
 # test name prefix: the decoder it feeds (receive runs header.decode too, after the prefix;
 # a codec test's id ends in the codec's name, [int8], which names the decoder's codec)
 DECODERS = {
@@ -50,8 +49,13 @@ def decoder_of(test: str) -> str:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--examples", type=int, default=20000, help="examples per test")
+    parser.add_argument("--files", nargs="+", default=FILES, help="fuzz test files to run")
+    parser.add_argument(
+        "--out", type=Path, default=RESULTS / "fuzz.json", help="results file (%(default)s)"
+    )
     args = parser.parse_args()
-    command = [sys.executable, "-m", "pytest", *PYTEST_ARGS]
+    pytest_args = [*PYTEST_OPTIONS, *args.files]
+    command = [sys.executable, "-m", "pytest", *pytest_args]
     with tempfile.TemporaryDirectory() as folder:
         report = Path(folder) / "tried.json"
         env = os.environ | {"PCP_FUZZ_EXAMPLES": str(args.examples), "PCP_FUZZ_REPORT": str(report)}
@@ -64,7 +68,7 @@ def main() -> None:
         per_decoder[decoder_of(test)] = per_decoder.get(decoder_of(test), 0) + count
     result = {
         "command": f"PCP_FUZZ_EXAMPLES={args.examples} "
-        + shlex.join(["python", "-m", "pytest", *PYTEST_ARGS]),
+        + shlex.join(["python", "-m", "pytest", *pytest_args]),
         "examples_per_test": args.examples,
         "passed": exit_code == 0,
         "inputs_tried_per_decoder": per_decoder,
@@ -77,8 +81,8 @@ def main() -> None:
             "python": platform.python_version(),
         },
     }
-    RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "fuzz.json").write_text(json.dumps(result, indent=2) + "\n")
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))
     sys.exit(exit_code)
 

@@ -108,6 +108,17 @@ def test_diloco_run_has_a_line_per_worker_and_round_panels() -> None:
     assert ax.get_title() == "time per round; compute utilisation 60% over the run"
 
 
+def test_encoded_pseudo_gradients_add_their_float32_size_to_the_bytes_panel() -> None:
+    records = [
+        diloco_record(r, {"0": 3.0 - r}, pseudo_gradient_bytes=220_000,
+                      pseudo_gradient_raw_bytes=864_720)
+        for r in range(3)
+    ]  # fmt: skip
+    drawn = lines(plots.loss_figure(records, "run"), "bytes")
+    assert drawn["received as float32"] == ([0, 1, 2], [864720 / 1024] * 3)
+    assert "received as float32" not in lines(plots.loss_figure(DILOCO, "run"), "bytes")
+
+
 @pytest.mark.parametrize(
     ("records", "config", "size", "title"),
     [

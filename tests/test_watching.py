@@ -236,3 +236,21 @@ def test_a_live_run_on_a_terminal(tmp_path: Path) -> None:
     assert "interrupted" in final and "PCP · diloco" in final
     gone = run_pcp("status", f"127.0.0.1:{port}")
     assert gone.returncode == 2 and f"no status at http://127.0.0.1:{port}/status" in gone.stderr
+
+
+def test_encoded_pseudo_gradients_are_shown_with_their_float32_size() -> None:
+    status = a_run()
+    status.record(
+        {"round": 2, "step": 150, "loss": 2.2, "worker_losses": {"0": 2.2}, "tokens": 153_600,
+         "bytes_sent": 860_000, "bytes_received": 220_000, "compute_s": 2.0,
+         "communication_s": 0.1, "compute_utilisation": 0.5, "run_compute_utilisation": 0.5,
+         "pseudo_gradient_bytes": 219_000, "pseudo_gradient_raw_bytes": 860_000,
+         "encode_s": 0.012, "decode_s": 0.004}
+    )  # fmt: skip
+    snapshot = status.snapshot()
+    screen = text_of(render(snapshot, 200), 200)
+    assert "pseudo-gradients encoded 213.9 KiB of 839.8 KiB (3.9x" in screen
+    families = {f.name: f for f in text_string_to_metric_families(prometheus_text(snapshot))}
+    assert families["pcp_round_pseudo_gradient_bytes"].samples[0].value == 219_000
+    assert families["pcp_round_pseudo_gradient_raw_bytes"].samples[0].value == 860_000
+    assert families["pcp_round_encode_seconds"].samples[0].value == 0.012

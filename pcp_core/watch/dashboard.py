@@ -165,6 +165,11 @@ def _communication(run: dict[str, Any]) -> Panel:
     text.append(f"communication {comm:.2f}s", style="blue")
     text.append(f"   all rounds: sent {human_bytes(run['bytes_sent'])}, ")
     text.append(f"received {human_bytes(run['bytes_received'])}")
+    encoded, raw = last.get("pseudo_gradient_bytes"), last.get("pseudo_gradient_raw_bytes")
+    if encoded and raw and encoded != raw:
+        text.append(f"   pseudo-gradients encoded {human_bytes(encoded)} of {human_bytes(raw)} ")
+        text.append(f"({raw / encoded:.1f}x; encode {last.get('encode_s') or 0:.2f}s, ")
+        text.append(f"decode {last.get('decode_s') or 0:.2f}s)")
     if run.get("compute_utilisation") is not None:
         text.append("   compute utilisation ")
         text.append(f"{_number(last.get('compute_utilisation'), '{:.0%}')} last round, ")

@@ -155,9 +155,16 @@ def _loss_panel(ax: "Axes", records: list[dict[str, Any]]) -> None:
 
 
 def _bytes_panel(ax: "Axes", records: list[dict[str, Any]]) -> None:
-    largest = max(r.get(k) or 0 for r in records for k in ("bytes_sent", "bytes_received"))
+    keys = ("bytes_sent", "bytes_received", "pseudo_gradient_raw_bytes")
+    largest = max(r.get(k) or 0 for r in records for k in keys)
     scale, unit = _byte_unit(largest)
-    lines = (("bytes_sent", "sent", "-", "o"), ("bytes_received", "received", "--", "x"))
+    lines: tuple[tuple[str, ...], ...] = (
+        ("bytes_sent", "sent", "-", "o"),
+        ("bytes_received", "received", "--", "x"),
+    )
+    if any(r.get("pseudo_gradient_bytes") != r.get("pseudo_gradient_raw_bytes") for r in records):
+        # encoded (--codec): what the received pseudo-gradients were as float32
+        lines += (("pseudo_gradient_raw_bytes", "received as float32", ":", ""),)
     _per_round(ax, records, lines, scale)
     ax.set(title="bytes per round, shepherd to and from all workers", ylabel=f"{unit} per round")
 

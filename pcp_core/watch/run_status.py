@@ -34,6 +34,10 @@ LAST_ROUND_KEYS = (
     "compute_s",
     "communication_s",
     "compute_utilisation",
+    "pseudo_gradient_bytes",  # as they crossed the link (encoded, --codec)
+    "pseudo_gradient_raw_bytes",  # as float32
+    "encode_s",
+    "decode_s",
 )
 
 

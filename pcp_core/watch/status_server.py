@@ -118,6 +118,18 @@ LAST_ROUND_METRICS = (
         "Share of the workers' time in inner steps in the last round.",
         "compute_utilisation",
     ),
+    (
+        "pcp_round_pseudo_gradient_bytes",
+        "The last round's accepted pseudo-gradients as they crossed the link (--codec).",
+        "pseudo_gradient_bytes",
+    ),
+    (
+        "pcp_round_pseudo_gradient_raw_bytes",
+        "The same pseudo-gradients as float32.",
+        "pseudo_gradient_raw_bytes",
+    ),
+    ("pcp_round_encode_seconds", "The slowest worker's encoding of its last result.", "encode_s"),
+    ("pcp_round_decode_seconds", "The shepherd's decoding of the last results.", "decode_s"),
 )
 WORKER_METRICS = (
     ("pcp_worker_loss", "The worker's last loss.", "loss"),
