@@ -11,54 +11,31 @@ are built from the dataclasses' fields, so new message types are fuzzed without 
 
 import contextlib
 import dataclasses
-import json
 import math
-import os
 import socket
 import struct
 import time
 import tracemalloc
 import typing
-from collections import Counter
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
-from hypothesis import HealthCheck, example, given, settings
+from hypothesis import example, given
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import array_shapes
 from pcp_capnp_tcp import header
 from pcp_capnp_tcp.connection import MAGIC, PREFIX, CapnpConnection
 
+from pcp_core.testing.fuzzing import FUZZ, TRIED, report_tried  # noqa: F401 (autouse)
 from pcp_core.wire.messages import MESSAGE_TYPES, Message, Stop, Tensor
 from pcp_core.wire.transport import TensorHeader, TransportError, TransportOptions
 
-EXAMPLES = int(os.environ.get("PCP_FUZZ_EXAMPLES", "300"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,  # the same inputs on every run, so CI is repeatable
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 MAX_FRAME_BYTES = 2**20
 TIMEOUT_S = 2.0
 HANG_S = 10.0  # a receive of a few KiB taking this long is a hang, even on a loaded machine
 ALLOCATION_SLACK = 256 * 2**10  # Python objects besides the frame's own bytes
 U64 = 2**64 - 1
-
-TRIED: Counter[str] = Counter()
-"""Inputs each test handed to its decoder, written to $PCP_FUZZ_REPORT at the end."""
-
-
-@pytest.fixture(scope="module", autouse=True)
-def report_tried() -> Iterator[None]:
-    """Writes TRIED as JSON to $PCP_FUZZ_REPORT, if set, once this module's tests are done."""
-    yield
-    if path := os.environ.get("PCP_FUZZ_REPORT"):
-        Path(path).write_text(json.dumps(dict(sorted(TRIED.items())), indent=2) + "\n")
 
 
 # --- valid messages, from the dataclasses and the schema --------------------------------

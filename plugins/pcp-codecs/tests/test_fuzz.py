@@ -8,42 +8,21 @@ asked for plus the bytes it was given.
     PCP_FUZZ_REPORT=tried.json ...  # writes {test id: inputs tried} when the tests end
 """
 
-import json
-import os
 import time
 import tracemalloc
-from collections import Counter
-from collections.abc import Iterator
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from pcp_core import plugins
 from pcp_core.codecs import CodecError, decode_tensor, encode_tensor
+from pcp_core.testing.fuzzing import FUZZ, TRIED, report_tried  # noqa: F401 (autouse)
 
 CODECS = ["f32", "bf16", "int8", "fp4", "topk"]
-EXAMPLES = int(os.environ.get("PCP_FUZZ_EXAMPLES", "300"))
-FUZZ = settings(
-    max_examples=EXAMPLES,
-    deadline=None,
-    derandomize=True,  # the same inputs on every run, so CI is repeatable
-    database=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
-)
 HANG_S = 5.0  # decoding a few thousand values this long is a hang, even on a loaded machine
 ALLOCATION_SLACK = 64 * 2**10  # Python objects besides the arrays
-TRIED: Counter[str] = Counter()
-
-
-@pytest.fixture(scope="module", autouse=True)
-def report_tried() -> Iterator[None]:
-    """Writes TRIED as JSON to $PCP_FUZZ_REPORT, if set, once this module's tests are done."""
-    yield
-    if path := os.environ.get("PCP_FUZZ_REPORT"):
-        with open(path, "w") as out:
-            json.dump(dict(TRIED), out)
 
 
 def decode_checked(name: str, data: bytes, count: int, test: str) -> None:
