@@ -129,3 +129,11 @@ class Float32(Codec):
 
 
 FLOAT32 = Float32()
+
+
+def on_the_wire(name: str) -> Codec | None:
+    """The registered codec `name` tensors are encoded with, or None for f32: float32
+    tensors then cross as they are, unframed (today's wire format)."""
+    from pcp_core import plugins
+
+    return None if name == FLOAT32.name else plugins.host().codec(name)

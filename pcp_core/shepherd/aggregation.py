@@ -144,7 +144,7 @@ class DeltaSink:
     ) -> None:
         self.arrays, self.specs, self.codec = arrays, specs, codec
         self.filled_count = 0
-        self.encoded_bytes = 0
+        self.received_bytes = 0  # the tensors as they crossed the link
         self.decode_s = 0.0
 
     def buffer(self, index: int, header: TensorHeader) -> np.ndarray:
@@ -177,8 +177,8 @@ class DeltaSink:
             except CodecError as error:
                 raise MalformedDelta(f"tensor {header.name}: {error}") from error
             np.copyto(self.arrays[index], decoded)
-            self.encoded_bytes += array.size
             self.decode_s += time.perf_counter() - started
+        self.received_bytes += array.nbytes
         self.filled_count += 1
 
 

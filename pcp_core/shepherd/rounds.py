@@ -90,8 +90,9 @@ class RoundPlan:
     attempt: int
     outgoing: Outgoing  # the parameters as sent (pcp_core.wire.downlink)
     assignments: dict[int, Assignment]  # worker index -> its assignment, tensors empty
-    sent: dict[int, tuple[int, ...]]  # worker index -> the parameters it is sent
-    changed: set[int]  # worker indices sent changes to the copy they hold, not values
+    # worker indices that hold the last parameters: sent the refreshed ones (as changes
+    # to their copy under a codec); every other worker is sent all of them
+    changed: set[int]
     returned: tuple[int, ...]  # the parameters each pseudo-gradient holds
     deadline_s: float | None  # None: set by the first report (see the module docstring)
     worker_timeout_s: float
@@ -128,10 +129,8 @@ def _collect_reports(
     def exchange(link: WorkerLink) -> Result | None:
         assignment = plan.assignments[link.index]
         out = plan.outgoing
-        if link.index in plan.changed:
-            assignment.tensors = [out.changes[i] for i in plan.sent[link.index]]
-        else:
-            assignment.tensors = [out.whole[i] for i in plan.sent[link.index]]
+        current = link.index in plan.changed
+        assignment.tensors = list(out.changes.values()) if current else list(out.whole)
         link.conn.send(assignment)
         plan.status.worker_state(
             link.index, "training", plan.round, inner_steps=assignment.inner_steps
@@ -275,10 +274,9 @@ def _fetch(
                 _refuse(link, plan, error, outcome)
                 return
             total.add(arrays, plan.returned)
-        raw = sum(array.nbytes for array in arrays)
         with counting:
-            outcome.delta_raw_bytes += raw
-            outcome.delta_bytes += sink.encoded_bytes if plan.codec else raw
+            outcome.delta_raw_bytes += sum(array.nbytes for array in arrays)
+            outcome.delta_bytes += sink.received_bytes
             outcome.decode_s += sink.decode_s
         outcome.results[link.index] = result
         outcome.senders[link.index] = link.hello.worker_name

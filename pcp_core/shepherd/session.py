@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.codecs import Codec
+from pcp_core.codecs import on_the_wire
 from pcp_core.shepherd.admission import Admission, WorkerLink
 from pcp_core.shepherd.aggregation import NormBound, RunningSum, StagingPool
 from pcp_core.shepherd.rounds import (
@@ -90,18 +90,12 @@ class Shepherd:
         fetched = {str(i): names for i, names in sorted(admission.shards_fetched.items())}
         return {"shard_bytes": admission.shard_bytes, "shards_fetched": fetched}
 
-    def _codec(self, name: str | None = None) -> Codec | None:
-        """The codec pseudo-gradients come in, or the one `name`s (None: float32)."""
-        from pcp_core import plugins
-
-        name = name or self.admission.settings.codec
-        return None if name == "f32" else plugins.host().codec(name)
-
     def _downlink(self) -> Downlink:
         """How global parameters go out (`RunSettings.codec_down`), made once."""
         if self._sender is None:
             names = [spec.name for spec in self.admission.setup.program.param_specs]
-            self._sender = Downlink(names, self._codec(self.admission.settings.codec_down))
+            codec = on_the_wire(self.admission.settings.codec_down)
+            self._sender = Downlink(names, codec)
         return self._sender
 
     def start(self) -> None:
@@ -199,30 +193,26 @@ class Shepherd:
         while True:
             self._wait_for_quorum(round_index)
             links = sorted(self.links.values(), key=lambda link: link.index)
-            assignments, sent, changed = {}, {}, set()
+            assignments, changed = {}, set()
             refreshed = everything if scope.refreshed is None else scope.refreshed
             for link in links:
                 assignments[link.index] = assignment_for(link.index)
                 assignments[link.index].attempt = attempt
                 if attempt == 0 and any(link is held for held in self._current):
-                    sent[link.index] = refreshed
                     changed.add(link.index)
-                else:
-                    sent[link.index] = everything
             self._current = []
             plan = RoundPlan(
                 round_index,
                 attempt,
                 self._downlink().outgoing(params, refreshed, changes_wanted=bool(changed)),
                 assignments,
-                sent,
                 changed,
                 everything if scope.returned is None else scope.returned,
                 self._deadline(),
                 self.limits.worker_timeout_s,
                 self.admission.status,
                 dict(excluded or {}),
-                self._codec(),
+                on_the_wire(self.admission.settings.codec),
             )
             total = RunningSum(self._sums)
             outcome = run_attempt(plan, links, total, self._staging, bound)

@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 import structlog
 
-from pcp_core.codecs import Feedback
+from pcp_core.codecs import Feedback, on_the_wire
 from pcp_core.shepherd.aggregation import delta_norm
 from pcp_core.wire.liveness import LiveConnection
 from pcp_core.wire.messages import Assignment, Delta, Discard, Fetch, Result, Tensor
@@ -29,15 +29,12 @@ class Reports:
     """A worker's messages with the shepherd, and the round it reported last."""
 
     def __init__(self, conn: LiveConnection, inner: InnerState) -> None:
-        from pcp_core import plugins
-
         self.conn, self.inner = conn, inner
         self.clock = NetworkClock()
         settings = inner.session.settings
-        codec = settings.codec
-        self.feedback = None if codec == "f32" else Feedback(plugins.host().codec(codec))
-        if settings.codec_down != "f32":
-            inner.session.downlink.codec = plugins.host().codec(settings.codec_down)
+        codec = on_the_wire(settings.codec)
+        self.feedback = None if codec is None else Feedback(codec)
+        inner.session.downlink.codec = on_the_wire(settings.codec_down)
         # sent, not yet settled: the round and the tensors its Delta carries
         self.pending: tuple[Assignment, list[Tensor]] | None = None
 

@@ -30,7 +30,7 @@ def test_an_encoded_tensor_is_decoded_into_the_staging_buffer(name: str) -> None
     staging = np.zeros(SPEC.shape, np.float32)
     sink = DeltaSink([staging], [SPEC], codec)
     receive(sink, "w", data)
-    assert sink.filled_count == 1 and sink.encoded_bytes == data.size
+    assert sink.filled_count == 1 and sink.received_bytes == data.size
     assert (
         np.abs(staging - values) <= codec.error_bound(values.reshape(-1)).reshape(SPEC.shape)
     ).all()
