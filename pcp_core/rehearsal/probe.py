@@ -22,6 +22,7 @@ from pcp_core.rehearsal.links import Network
 # TCP payload per Ethernet frame with timestamps (1448 of 1514 bytes): the goodput a
 # link of a given wire rate can deliver at most.
 PAYLOAD_SHARE = 1448 / 1514
+SO_RCVBUFFORCE = getattr(socket, "SO_RCVBUFFORCE", 33)  # Linux; Python names it from 3.12
 
 
 # ---- the ends, run in a namespace ------------------------------------------------------
@@ -109,9 +110,19 @@ def tcp_ping(host: str, port: int, count: int, interval: float) -> dict[str, Any
     return {"rtt_ms": rtts, "first_exchange_ms": connect_ms}
 
 
+# Room in the sink's socket for every datagram of a probe (each takes about 1 KiB of
+# buffer), so a sink starved of CPU on a busy machine loses none to a full socket: what
+# it misses is then the link's loss alone.
+UDP_SINK_BUFFER = 8 << 20
+
+
 def udp_sink(port: int, idle: float) -> dict[str, Any]:
     """Count datagrams until none has come for `idle` seconds (after the first)."""
     with _listen(port, socket.SOCK_DGRAM) as sock:
+        try:  # root may exceed net.core.rmem_max; others get what it allows
+            sock.setsockopt(socket.SOL_SOCKET, SO_RCVBUFFORCE, UDP_SINK_BUFFER)
+        except PermissionError:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, UDP_SINK_BUFFER)
         sock.settimeout(30)
         received = 0
         try:
@@ -125,12 +136,16 @@ def udp_sink(port: int, idle: float) -> dict[str, Any]:
 
 
 def udp_send(host: str, port: int, count: int, rate: float) -> dict[str, Any]:
-    """Send `count` 100-byte datagrams, `rate` per second."""
+    """Send `count` 100-byte datagrams, at most `rate` per second.
+
+    Paced from each send, never catching up: a sender paused by a busy machine resumes
+    at `rate` instead of bursting past the receiving queues.
+    """
     with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        start = time.monotonic()
-        for n in range(count):
+        for _ in range(count):
+            sent = time.monotonic()
             sock.sendto(b"p" * 100, (host, port))
-            delay = start + (n + 1) / rate - time.monotonic()
+            delay = sent + 1 / rate - time.monotonic()
             if delay > 0:
                 time.sleep(delay)
     return {"sent": count}
