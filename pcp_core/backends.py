@@ -96,9 +96,15 @@ def zero_opt_tensors(executor: Executor, names: set[str]) -> None:
 
 def zero_opt_tensors_through_host(executor: Executor, names: set[str]) -> None:
     """zero_opt_tensors for any executor: the state read back and written again whole."""
+    set_opt_tensors(executor, dict.fromkeys(names, 0))
+
+
+def set_opt_tensors(executor: Executor, values: dict[str, float]) -> None:
+    """Fill the named optimizer-state tensors with a value each, the rest as they were:
+    the state read back and written again whole."""
     executor.set_opt_state(
         [
-            np.zeros_like(state) if spec.name in names else state
+            np.full_like(state, values[spec.name]) if spec.name in values else state
             for spec, state in zip(executor.opt_specs, executor.opt_state(), strict=True)
         ]
     )

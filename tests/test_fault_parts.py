@@ -114,7 +114,7 @@ def test_running_sum_adds_whole_deltas() -> None:
     total.add(arrays(2.0))
     means = arrays(0.0)
     total.mean_into(means)
-    assert total.count == 2 and all((s == 3.0).all() for s in sums)
+    assert total.weight == 2 and all((s == 3.0).all() for s in sums)
     assert all(m.dtype == np.float32 and (m == 1.5).all() for m in means)
     with pytest.raises(TypeError, match="float64"):
         RunningSum(arrays())

@@ -216,22 +216,27 @@ class RunningSum:
         if any(total.dtype != np.float64 for total in sums):
             raise TypeError("a round's sum is float64, so it does not depend on arrival order")
         self.sums = sums
-        self.count = 0
+        self.weight = 0
         self._lock = threading.Lock()
         for total in sums:
             total.fill(0)
 
-    def add(self, arrays: list[np.ndarray], indices: Sequence[int] | None = None) -> None:
-        """Add a delta holding the parameters `indices` (None: all of them); the other
+    def add(
+        self, arrays: list[np.ndarray], indices: Sequence[int] | None = None, weight: int = 1
+    ) -> None:
+        """Add a delta holding the parameters `indices` (None: all of them), `weight`
+        times (an integer: a float32 times it is exact in float64); the other
         parameters' sums stay as they are."""
         if indices is None:
             indices = range(len(self.sums))
+        if weight < 1:
+            raise ValueError(f"a delta's weight is a positive integer, not {weight}")
         with self._lock:
             for index, array in zip(indices, arrays, strict=True):
-                self.sums[index] += array
-            self.count += 1
+                self.sums[index] += array if weight == 1 else np.float64(weight) * array
+            self.weight += weight
 
     def mean_into(self, means: list[np.ndarray]) -> None:
-        """The mean of the deltas added, rounded into the float32 arrays `means`."""
+        """The weighted mean of the deltas added, rounded into the float32 arrays `means`."""
         for total, mean in zip(self.sums, means, strict=True):
-            np.multiply(total, 1.0 / self.count, out=mean, casting="same_kind")
+            np.multiply(total, 1.0 / self.weight, out=mean, casting="same_kind")

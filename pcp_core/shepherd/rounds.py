@@ -13,7 +13,8 @@
    the others'. A refused worker is
    told why (`Discard`) and stays connected.
 4. The accepted pseudo-gradients are fetched, a few at a time into staging buffers,
-   checked whole and only then added into the sum.
+   checked whole and only then added into the sum, each weighed as the plan says (DiLoCo:
+   by the inner steps it ran, `--merge`).
 
 A round may move part of the model (`Scope`, DiLoCo's streaming fragments): its
 pseudo-gradients then hold only the parameters it returns, and a worker that took part
@@ -22,6 +23,7 @@ in the last round is sent only what that round's outer step changed.
 
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 
@@ -99,6 +101,8 @@ class RoundPlan:
     status: RunStatus = field(default_factory=lambda: RunStatus(log_progress=False))
     excluded: dict[str, str] = field(default_factory=dict)  # worker name -> why refused
     codec: Codec | None = None  # pseudo-gradients come encoded (None: float32 as it is)
+    # how much an accepted result counts in the round's mean (a positive integer)
+    weigh: Callable[[Result], int] = lambda result: 1
 
 
 def run_attempt(
@@ -204,6 +208,9 @@ def _check_reports(
             if name in plan.excluded:
                 raise BadResult(f"excluded from this round: {plan.excluded[name]}")
             check_result(result, plan.round, plan.attempt)
+            most = plan.assignments[link.index].most_steps()
+            if len(result.losses) > most:
+                raise BadResult(f"{len(result.losses)} inner steps reported, at most {most} asked")
             senders.add(name)
             fine.append((link, result))
         except BadResult as error:
@@ -273,7 +280,7 @@ def _fetch(
             except BadResult as error:
                 _refuse(link, plan, error, outcome)
                 return
-            total.add(arrays, plan.returned)
+            total.add(arrays, plan.returned, plan.weigh(result))
         with counting:
             outcome.delta_raw_bytes += sum(array.nbytes for array in arrays)
             outcome.delta_bytes += sink.received_bytes

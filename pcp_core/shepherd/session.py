@@ -35,7 +35,7 @@ from pcp_core.shepherd.rounds import (
     run_attempt,
 )
 from pcp_core.wire.downlink import Downlink
-from pcp_core.wire.messages import Assignment, Stop
+from pcp_core.wire.messages import Assignment, Result, Stop
 from pcp_core.wire.transport import TransportError
 
 log = structlog.get_logger(__name__)
@@ -173,6 +173,7 @@ class Shepherd:
         excluded: dict[str, str] | None = None,
         first_attempt: int = 0,
         scope: Scope = Scope(),
+        weigh: Callable[[Result], int] = lambda result: 1,
     ) -> RoundOutcome:
         """The mean of the accepted pseudo-gradients of a round, into `delta_mean`.
 
@@ -181,7 +182,8 @@ class Shepherd:
         reason given there. Returns once at least `min_workers` results were accepted.
         Attempts are numbered from `first_attempt` (a round run again after its outer step
         was rolled back goes on counting, so no earlier result passes for a new one).
-        `scope` says which parameters the round sends and gets back (all by default).
+        `scope` says which parameters the round sends and gets back (all by default);
+        `weigh(result)` how much each accepted result counts in the mean (the same).
         """
         specs = self.admission.setup.program.param_specs
         everything = tuple(range(len(specs)))
@@ -213,6 +215,7 @@ class Shepherd:
                 self.admission.status,
                 dict(excluded or {}),
                 on_the_wire(self.admission.settings.codec),
+                weigh,
             )
             total = RunningSum(self._sums)
             outcome = run_attempt(plan, links, total, self._staging, bound)

@@ -63,14 +63,20 @@ class Utilisation:
         return _share(self.compute_s, self.workers * wall)
 
     def summary(self) -> dict[str, Any]:
-        """The summary.json fields: the training phase's wall time, its utilisation and
-        each worker's total compute, waiting and sending seconds."""
+        """The summary.json fields: the training phase's wall time, its utilisation,
+        each worker's total compute, waiting and sending seconds, and each worker's own
+        utilisation (its compute over the training phase: unequal workers differ)."""
         now = time.perf_counter()
+        training_s = now - self.started
         return {
-            "training_s": round(now - self.started, 4),
+            "training_s": round(training_s, 4),
             "compute_utilisation": round(self.so_far(now), 4),
             "worker_seconds": {
                 index: {key: round(value, 4) for key, value in totals.items()}
+                for index, totals in sorted(self.per_worker.items())
+            },
+            "worker_utilisation": {
+                index: round(_share(totals["compute_s"], training_s), 4)
                 for index, totals in sorted(self.per_worker.items())
             },
         }

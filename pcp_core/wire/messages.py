@@ -26,7 +26,8 @@ import numpy as np
 
 # 6: a Result says where the worker's time went; a run may overlap rounds
 # 7: a pseudo-gradient may cross encoded (RunSettings.codec); a Result says how long that took
-PROTOCOL_VERSION = 7
+# 8: a round may be a time budget (Assignment.budget_s)
+PROTOCOL_VERSION = 8
 
 
 @dataclass
@@ -163,8 +164,16 @@ class Ready:
     and can take rounds: the shepherd counts it in a round only from now on."""
 
 
+# A budgeted round runs at most this many times its nominal inner steps.
+BUDGET_STEPS_FACTOR = 4
+
+
 @dataclass
 class Assignment:
+    """A round for a worker: `inner_steps` steps from the global parameters, or, with a
+    `budget_s`, as many calls as fit in that many seconds (at least one, at most
+    BUDGET_STEPS_FACTOR × inner_steps), so that unequal workers report together."""
+
     round: int
     inner_steps: int
     shard_index: int
@@ -172,6 +181,11 @@ class Assignment:
     seed: int
     tensors: list[Tensor] = field(default_factory=list)  # global params
     attempt: int = 0  # a retried round has the same round and a new attempt
+    budget_s: float = 0.0  # 0: exactly inner_steps
+
+    def most_steps(self) -> int:
+        """The most inner steps a worker may run (and report) for this round."""
+        return self.inner_steps * (BUDGET_STEPS_FACTOR if self.budget_s > 0 else 1)
 
 
 @dataclass

@@ -54,6 +54,7 @@ def predicted(done: Assignment) -> Assignment:
         (done.shard_index + 1) % done.shard_count,
         done.shard_count,
         done.seed,
+        budget_s=done.budget_s,
     )
 
 

@@ -70,7 +70,11 @@ def build(settings: InnerSettings) -> GradientTransformation:
 
 
 LION = InnerOptimizer(
-    name="lion", build=build, description="Lion (sign momentum), an example", settings=LionSettings
+    name="lion",
+    build=build,
+    description="Lion (sign momentum), an example",
+    step_field="count",
+    settings=LionSettings,
 )
 
 

@@ -85,6 +85,7 @@ ADAMW = InnerOptimizer(
     build=build,
     description="AdamW with warmup + cosine decay",
     momentum_field="mu",
+    step_field="count",
     settings=AdamWSettings,
 )
 

@@ -83,6 +83,7 @@ struct Assignment {
   shardCount @3 :UInt32;
   seed @4 :Int64;
   attempt @5 :UInt32;
+  budgetS @6 :Float64;
 }
 
 struct Result {

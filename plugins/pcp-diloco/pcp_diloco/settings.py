@@ -117,6 +117,24 @@ class DilocoSettings:
         "bit; a worker that (re)joins gets the whole copy in float32.",
         check=lambda name: unknown_codec(name),
     )
+    round_budget: str = setting(
+        "steps",
+        "What a round asks of each worker. steps: --inner-steps steps each, so a round "
+        "lasts as long as its slowest worker. auto: the time the fastest worker takes for "
+        "--inner-steps steps (measured from its reports, round after round), each worker "
+        "running as many steps as fit, so unequal machines report together and none "
+        "idles. A duration such as 30s: that many seconds each. A budgeted worker runs "
+        "at least one call and at most 4 x --inner-steps steps; its learning-rate "
+        "schedule follows the run's rounds (pcp_diloco.budgets).",
+        check=lambda value: None if budget_seconds(value) is not None else BUDGET_WRONG,
+    )
+    merge: str = setting(
+        "tokens",
+        "How the accepted pseudo-gradients of a round are combined: tokens (weighted by "
+        "the inner steps each worker ran: unequal workers count for the work they did) "
+        "or mean (each counts the same). Equal with --round-budget steps.",
+        choices=("tokens", "mean"),
+    )
     fragments: int = setting(
         1,
         "Streaming fragments P: the parameters split into P groups, each synchronised "
@@ -140,6 +158,21 @@ class DilocoSettings:
         return self.inner_steps // self.fragments
 
 
+BUDGET_WRONG = "must be steps, auto or a duration in seconds such as 30s"
+
+
+def budget_seconds(value: str) -> float | None:
+    """--round-budget as seconds: 0 for steps, -1 for auto, the duration of "30s"; None
+    for anything else."""
+    if value in ("steps", "auto"):
+        return 0.0 if value == "steps" else -1.0
+    try:
+        seconds = float(value.removesuffix("s"))
+    except ValueError:
+        return None
+    return seconds if value.endswith("s") and 0 < seconds < float("inf") else None
+
+
 def unknown_codec(name: str) -> str | None:
     """Why `name` is no codec here (with the package that has it), or None."""
     from pcp_core import plugins
@@ -156,8 +189,10 @@ def unknown_codec(name: str) -> str | None:
 class DilocoWorkerSettings:
     """What DiLoCo's worker side is told with its program (its slot of the Setup's
     settings): the inner-state tensors it zeroes for the parameters it takes in from the
-    shepherd, when it takes them in (its momentum, under `--inner-momentum reset`), and
-    the number of streaming fragments."""
+    shepherd, when it takes them in (its momentum, under `--inner-momentum reset`), the
+    number of streaming fragments, and the step counters of its schedule."""
 
     zero_at_round_start: tuple[str, ...] = ()
     fragments: int = 1
+    # the inner optimizer's step counters, set to the run's position in budgeted rounds
+    schedule_counters: tuple[str, ...] = ()

@@ -23,7 +23,8 @@ from pcp_core.shepherd.rounds import RoundOutcome, Scope
 from pcp_core.shepherd.session import Shepherd
 from pcp_core.shepherd.step_guard import StepGuard, outliers
 from pcp_core.shepherd.utilisation import Utilisation
-from pcp_core.wire.messages import Assignment, RunSettings
+from pcp_core.wire.messages import Assignment, Result, RunSettings
+from pcp_diloco.budgets import RoundBudget, weigh_by
 from pcp_diloco.fragments import of_round, split
 from pcp_diloco.settings import DilocoSettings, DilocoWorkerSettings, lr_exponent
 
@@ -64,6 +65,17 @@ def inner_warmup_steps(config: RunConfig) -> int:
     diloco: DilocoSettings = config.settings("diloco")
     rounds = min(diloco.inner_warmup_rounds * diloco.inner_steps, config.steps // 3)
     return max(config.warmup_steps, rounds)
+
+
+def schedule_counters(config: RunConfig, plugins: Any, program: Any) -> list[str]:
+    """The inner-state tensors a worker sets to the run's position in budgeted rounds
+    (`pcp_diloco.budgets`): its optimizer's step counter, whose schedule then follows
+    the run's rounds; none under `--round-budget steps` or for an optimizer without one."""
+    diloco: DilocoSettings = config.settings("diloco")
+    field = getattr(plugins.optimizer(config.optimizer), "step_field", None)
+    if diloco.round_budget == "steps" or field is None:
+        return []
+    return program.opt_field_names(field)
 
 
 def momentum_to_reset(config: RunConfig, plugins: Any, program: Any) -> list[str]:
@@ -108,10 +120,12 @@ def run(ctx: RunContext) -> dict[str, Any]:
             )
     delta = [np.zeros_like(p) for p in params]  # the mean of a round's pseudo-gradients
     guards = [StepGuard([params[i] for i in indices]) for indices in fragments]
-    tokens_per_round = diloco.round_steps * setup.tokens_per_step()
+    tokens_per_step = setup.tokens_per_step()
     record: dict[str, Any] = {}
 
     reset = momentum_to_reset(config, ctx.plugins, setup.program)
+    counters = schedule_counters(config, ctx.plugins, setup.program)
+    budget = RoundBudget(diloco.round_budget, diloco.round_steps)
     settings = RunSettings(
         algorithm="diloco",
         run_id=state.run_id,
@@ -119,7 +133,9 @@ def run(ctx: RunContext) -> dict[str, Any]:
         # inner state it started from (pcp_core.worker.state)
         inner_states_kept=config.shepherd.checkpoint_every + 1,
         plugins={
-            "diloco": dataclasses.asdict(DilocoWorkerSettings(tuple(reset), diloco.fragments))
+            "diloco": dataclasses.asdict(
+                DilocoWorkerSettings(tuple(reset), diloco.fragments, tuple(counters))
+            )
         },
         overlap=diloco.overlap == "delayed",
         codec=diloco.codec,
@@ -134,10 +150,14 @@ def run(ctx: RunContext) -> dict[str, Any]:
         ctx.progress.start(config.steps, f"diloco on {config.shepherd.workers} workers")
         for index in range(state.next_round, rounds):
             shards = max(config.shepherd.workers, *(i + 1 for i in shepherd.links))
+            budget_s = budget.seconds()
 
-            def assignment(worker: int, index: int = index, shards: int = shards) -> Assignment:
+            def assignment(
+                worker: int, index: int = index, shards: int = shards, budget_s: float = budget_s
+            ) -> Assignment:
+                shard = (worker + index) % shards
                 return Assignment(
-                    index, diloco.round_steps, (worker + index) % shards, shards, config.seed
+                    index, diloco.round_steps, shard, shards, config.seed, budget_s=budget_s
                 )
 
             synced = of_round(index, len(fragments))
@@ -146,27 +166,31 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 OuterUpdate(outer_step.steps[synced], diloco.outer_warmup_rounds),
                 guards[synced],
                 index // len(fragments),
-                index >= len(fragments) - 1,
+                index >= len(fragments) - 1 and not budget.measuring(),
             )
-            outcome = guarded_round(shepherd, round_, index, params, delta, assignment)
+            outcome = guarded_round(
+                shepherd, round_, index, params, delta, assignment, weigh_by(diloco.merge)
+            )
+            budget.learn(outcome.results)
 
             step = (index + 1) * diloco.round_steps
             tail = config.steps_per_call
             worker_losses = {
                 str(w): float(np.mean(r.losses[-tail:])) for w, r in sorted(outcome.results.items())
             }
+            worker_steps = {w: len(r.losses) for w, r in sorted(outcome.results.items())}
             for worker, result in outcome.results.items():
                 status.worker_result(
                     worker,
                     worker_losses[str(worker)],
-                    diloco.round_steps,
-                    tokens_per_round,
+                    worker_steps[worker],
+                    worker_steps[worker] * tokens_per_step,
                     result.compute_s,
                     result.waited_s,
                     result.sent_s,
                 )
             compute_s = max(r.compute_s for r in outcome.results.values())
-            state.tokens += tokens_per_round * len(outcome.results)
+            state.tokens += sum(worker_steps.values()) * tokens_per_step
             state.bytes_sent += outcome.bytes_sent
             state.bytes_received += outcome.bytes_received
             state.next_round = index + 1
@@ -175,6 +199,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 "step": step,
                 "loss": float(np.mean(list(worker_losses.values()))),
                 "worker_losses": worker_losses,
+                "worker_steps": {str(w): steps for w, steps in worker_steps.items()},
+                "budget_s": round(budget_s, 4),
                 "workers": len(outcome.results),
                 "attempts": outcome.attempt + 1,
                 "rejected": {str(w): why for w, why in sorted(outcome.rejected.items())},
@@ -310,6 +336,7 @@ def guarded_round(
     params: list[np.ndarray],
     delta: list[np.ndarray],
     assignment: Callable[[int], Assignment],
+    weigh: Callable[[Result], int],
 ) -> RoundOutcome:
     """Run round `index` and apply its outer step, unless the guard finds the step
     implausible (`pcp_core.shepherd.step_guard`): then it is undone and the round runs again
@@ -320,7 +347,7 @@ def guarded_round(
     mine, guard, step = round_.part(params), round_.guard, round_.outer.step
     while True:
         outcome = shepherd.run_round(
-            index, params, delta, assignment, excluded, attempt, round_.scope
+            index, params, delta, assignment, excluded, attempt, round_.scope, weigh
         )
         guard.keep(mine, step.state())
         round_.outer(round_.sync, mine, round_.part(delta))

@@ -28,7 +28,7 @@ import time
 
 import numpy as np
 
-from pcp_core.backends import zero_opt_tensors
+from pcp_core.backends import set_opt_tensors, zero_opt_tensors
 from pcp_core.wire.messages import Assignment, Tensor
 from pcp_core.wire.transport import TransportError
 from pcp_core.worker.session import RoundWork, WorkerSession
@@ -44,10 +44,14 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
         take_in(session, told, assignment.tensors, fold=False)
     elif session.anchor is None:
         raise TransportError(f"round {assignment.round} came without the global parameters")
+    if assignment.budget_s > 0:
+        start_schedule_at(session, told, assignment.round * assignment.inner_steps)
     steps_per_call = session.settings.steps_per_call
     started = time.perf_counter()
     losses: list[float] = []
-    for call in range(assignment.inner_steps // steps_per_call):
+    for call in range(assignment.most_steps() // steps_per_call):
+        if call and spent(assignment.budget_s, time.perf_counter() - started, call):
+            break
         losses.extend(float(v) for v in executor.run(*session.batches(assignment, call)))
         arrived = session.arrived(False)
         if arrived is not None:
@@ -57,6 +61,21 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
     if arrived is not None:  # for the network is no compute
         take_in(session, told, arrived, fold=True)
     return RoundWork(losses, compute_s, synchronise(session, fragments, assignment.round))
+
+
+def spent(budget_s: float, elapsed_s: float, calls: int) -> bool:
+    """Whether a round with `budget_s` seconds (0: none) stops after `calls` calls: when
+    one more call, at their mean time, would overrun the budget by more than half a
+    call, so the round ends as near to the budget as whole calls allow."""
+    return budget_s > 0 and elapsed_s + elapsed_s / calls / 2 > budget_s
+
+
+def start_schedule_at(session: WorkerSession, told: DilocoWorkerSettings, step: int) -> None:
+    """Set the inner optimizer's step counters (its learning-rate schedule) to `step`: in
+    budgeted rounds the schedule follows the run's rounds, not this worker's own steps,
+    so a slow worker does not lag behind in warm-up and decay."""
+    if told.schedule_counters:
+        set_opt_tensors(session.executor, dict.fromkeys(told.schedule_counters, step))
 
 
 def positions(session: WorkerSession, tensors: list[Tensor]) -> tuple[int, ...]:

@@ -1,0 +1,164 @@
+"""Rounds by time (`--round-budget`) and the merge that weighs what each worker did
+(`--merge`): the budget learnt from the reports, a worker's round that fits its budget
+and follows the run's schedule, the weighted mean, and a run on loopback."""
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from pcp_diloco import worker_side
+from pcp_diloco.budgets import MEASURING_S, RoundBudget, weigh_by
+from pcp_diloco.settings import budget_seconds
+
+from pcp_core import config_file, plugins, run
+from pcp_core.config import ConfigError, RunConfig
+from pcp_core.config_file import declared_settings
+from pcp_core.program.build import TensorSpec
+from pcp_core.shepherd.aggregation import RunningSum
+from pcp_core.wire.messages import BUDGET_STEPS_FACTOR, Assignment, Result, Tensor
+from pcp_core.worker.session import WorkerSession
+
+
+def result(steps: int, compute_s: float) -> Result:
+    return Result(0, 0, [1.0] * steps, compute_s, 1.0)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [("steps", 0.0), ("auto", -1.0), ("30s", 30.0), ("0.5s", 0.5), ("30", None), ("0s", None),
+     ("-5s", None), ("infs", None), ("nans", None), ("fast", None), ("", None)],
+)  # fmt: skip
+def test_a_round_budget_is_steps_auto_or_a_positive_duration(value: str, seconds) -> None:
+    assert budget_seconds(value) == seconds
+
+
+def test_a_bad_round_budget_is_refused_with_what_it_may_be() -> None:
+    flags = {"algorithm": "diloco", "round_budget": "30"}
+    with pytest.raises(ConfigError, match=r"round_budget.*steps, auto or a duration"):
+        config_file.resolve(None, flags, declared=declared_settings(plugins.host()))
+
+
+def test_auto_measures_first_then_gives_the_fastest_worker_h_steps_of_time() -> None:
+    budget = RoundBudget("auto", round_steps=20)
+    assert budget.measuring() and budget.seconds() == MEASURING_S
+    budget.learn({0: result(2, 1.0), 1: result(2, 0.4)})  # one call each, warming up
+    assert not budget.measuring()
+    assert budget.seconds() == pytest.approx(20 * 0.2)
+    # the first full round replaces the rough measure, later ones are averaged in
+    budget.learn({0: result(10, 1.0), 1: result(40, 2.0)})
+    assert budget.seconds() == pytest.approx(20 * 0.05)
+    budget.learn({0: result(10, 1.0), 1: result(20, 2.0)})  # worker 1 slowed down
+    assert budget.seconds() == pytest.approx(20 * 0.075)
+    # a worker absent from a round is forgotten: the rounds follow those still here
+    budget.learn({0: result(10, 1.0)})
+    assert budget.seconds() == pytest.approx(20 * 0.1)
+
+
+def test_steps_and_a_duration_do_not_depend_on_the_reports() -> None:
+    for setting, seconds in (("steps", 0.0), ("12s", 12.0)):
+        budget = RoundBudget(setting, round_steps=20)
+        budget.learn({0: result(5, 1.0)})
+        assert budget.seconds() == seconds and not budget.measuring()
+
+
+def test_tokens_weigh_a_result_by_its_steps_and_mean_counts_each_once() -> None:
+    assert weigh_by("tokens")(result(12, 1.0)) == 12
+    assert weigh_by("mean")(result(12, 1.0)) == 1
+    sums = [np.zeros(3, np.float64)]
+    total = RunningSum(sums)
+    total.add([np.full(3, 1.0, np.float32)], weight=3)
+    total.add([np.full(3, 5.0, np.float32)], weight=1)
+    mean = [np.zeros(3, np.float32)]
+    total.mean_into(mean)
+    np.testing.assert_array_equal(mean[0], 2.0)  # (3 x 1 + 5) / 4
+    with pytest.raises(ValueError, match="positive integer"):
+        total.add([np.ones(3, np.float32)], weight=0)
+
+
+class TimedSteps:
+    """An executor whose calls take `call_s` seconds of a fake clock, one step each,
+    with an optimizer state holding a step counter."""
+
+    def __init__(self, clock: list[float], call_s: float) -> None:
+        self.clock, self.call_s = clock, call_s
+        self.param_specs = [TensorSpec("p", (2,), "float32")]
+        self.opt_specs = [
+            TensorSpec("opt.count", (), "int32"),
+            TensorSpec("opt.mu['p']", (2,), "float32"),
+        ]
+        self.state = [np.array(0, np.int32), np.ones(2, np.float32)]
+        self._params = np.zeros(2, np.float32)
+
+    def params(self) -> list[np.ndarray]:
+        return [self._params.copy()]
+
+    def set_params(self, params: list[np.ndarray]) -> None:
+        self._params = np.array(params[0], np.float32)
+
+    def opt_state(self) -> list[np.ndarray]:
+        return [s.copy() for s in self.state]
+
+    def set_opt_state(self, state: list[np.ndarray]) -> None:
+        self.state = [np.array(s) for s in state]
+
+    def run(self, inputs: object, targets: object) -> list[float]:
+        self.clock[0] += self.call_s
+        self._params -= 1
+        self.state[0] += 1
+        return [0.5]
+
+
+def budgeted_session(call_s: float, monkeypatch: pytest.MonkeyPatch) -> WorkerSession:
+    clock = [0.0]
+    monkeypatch.setattr(worker_side.time, "perf_counter", lambda: clock[0])
+    corpus = SimpleNamespace(batches=lambda *args, **kwargs: (None, None))
+    told = {"fragments": 1, "schedule_counters": ["opt.count"]}
+    settings = SimpleNamespace(plugins={"diloco": told}, steps_per_call=1, batch_size=1,
+                               block_size=1, manifest=None)  # fmt: skip
+    return WorkerSession(0, TimedSteps(clock, call_s), corpus, settings)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("budget_s", "call_s", "steps"),
+    [(1.0, 0.1, 10), (1.0, 0.45, 2), (1.0, 0.3, 3), (1e-3, 0.1, 1), (0.0, 0.1, 20),
+     (100.0, 0.1, 20 * BUDGET_STEPS_FACTOR)],
+)  # fmt: skip
+def test_a_budgeted_round_runs_the_calls_that_fit(
+    budget_s: float, call_s: float, steps: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = budgeted_session(call_s, monkeypatch)
+    params = [Tensor("p", np.zeros(2, np.float32))]
+    work = worker_side.worker_round(worker, Assignment(3, 20, 0, 1, 0, params, budget_s=budget_s))
+    assert len(work.losses) == steps
+    np.testing.assert_array_equal(work.tensors[0].array, steps)  # anchor - params
+    # a budgeted round's schedule starts at the run's position, round 3 of 20 steps
+    start = 3 * 20 if budget_s > 0 else 0
+    assert int(worker.executor.state[0]) == start + steps
+    np.testing.assert_array_equal(worker.executor.state[1], 1)  # the rest as it was
+
+
+MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "batch_size": 8}
+
+
+@pytest.mark.slow
+def test_a_run_with_auto_budgets_trains_and_records_each_workers_steps(tmp_path: Path) -> None:
+    config = RunConfig(
+        algorithm="diloco",
+        steps=120,
+        eval_every=120,
+        out=tmp_path,
+        plugins={"diloco": {"inner_steps": 20, "round_budget": "auto"}, "shepherd": {"workers": 2}},
+        **MODEL,
+    )
+    summary = run.train(config, dashboard=False)
+    rounds = [json.loads(line) for line in (tmp_path / "metrics.jsonl").open()]
+    rounds = [r for r in rounds if "round" in r]
+    assert rounds[0]["budget_s"] == MEASURING_S
+    assert all(steps == 10 for steps in rounds[0]["worker_steps"].values())  # one call each
+    assert all(r["budget_s"] > MEASURING_S for r in rounds[1:])
+    steps = sum(sum(r["worker_steps"].values()) for r in rounds)
+    assert summary["tokens"] == steps * 8 * 32
+    assert set(summary["worker_utilisation"]) == {"0", "1"}
+    assert summary["final_val_loss"] < 0.8 * summary["unigram_entropy"]
