@@ -42,6 +42,8 @@ VARIANTS = {
     "blocking": ("--overlap", "none", "--fragments", "1"),
     "overlapped": ("--overlap", "delayed", "--fragments", "1"),
     **{f"stream{p}": ("--overlap", "delayed", "--fragments", str(p)) for p in (2, 4, 8, 16)},
+    # rounds by time for unequal workers (--round-budget auto, merged by tokens)
+    "budgeted": ("--overlap", "none", "--fragments", "1", "--round-budget", "auto"),
 }
 
 
@@ -71,8 +73,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         default=["as-given"],
         choices=sorted(VARIANTS),
         help="rounds to compare, each run on every scenario and seed: blocking, overlapped "
-        "(--overlap delayed), streamP (overlapped with P fragments); as-given (default): "
-        "only the flags after `--`",
+        "(--overlap delayed), streamP (overlapped with P fragments), budgeted (--round-budget "
+        "auto); as-given (default): only the flags after `--`",
     )
     parser.add_argument("--n-layer", type=int, default=1, help="model size (tiny by default)")
     parser.add_argument("--n-head", type=int, default=2)
@@ -160,6 +162,8 @@ def describe(result: Any, scenario: Any, workers: int) -> dict[str, Any]:
         "compute_s": mean("compute_s"),
         "communication_s": mean("communication_s"),
         "utilisation": utilisation(summary, rounds),
+        "worker_utilisation": summary.get("worker_utilisation"),
+        "tokens": summary.get("tokens"),
         "shepherd_link": result.shepherd_link,
         "final_val_loss": val_loss,
         "final_train_loss": summary.get("final_train_loss"),

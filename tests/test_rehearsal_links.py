@@ -63,6 +63,8 @@ def test_a_worker_group_is_repeated_count_times(tmp_path: Path) -> None:
         (("loss_percent = 0.5", "loss_percent = -1"), "workers[0].loss_percent: must be >= 0"),
         (("loss_percent = 0.5", "los_percent = 0.5"), "workers[0].los_percent: unknown key"),
         (("count = 3", "count = 0"), "workers[0].count: expected an integer >= 1"),
+        (("count = 3", "count = 3\ncpus = 0"), "workers[0].cpus: expected a number of cores"),
+        (("count = 3", 'count = 3\ncpus = "half"'), "workers[0].cpus: expected a number"),
         (('name = "far"', 'name = "Far Away"'), "workers[0].name: must be lowercase"),
         (('name = "far"\ncount = 3', 'name = "router"'), "names must be unique"),
         (("rate_mbit = 1000", "rate_mbit = 0"), "shepherd.rate_mbit: must be > 0"),
@@ -94,6 +96,9 @@ def test_the_committed_scenarios_load() -> None:
     lan = load_scenario(ROOT / "scenarios" / "lan.toml")
     planet = load_scenario(ROOT / "scenarios" / "mixed-planet.toml")
     thin = load_scenario(ROOT / "scenarios" / "thin.toml")
+    unequal = load_scenario(ROOT / "scenarios" / "unequal.toml")
+    assert [w.cpus for w in unequal.workers] == [0.25, 0.5, 1.0]
+    assert all(w.cpus is None for w in lan.workers)
     assert len(lan.workers) >= 2
     links = sorted((w.link.rate_mbit, w.link.delay_ms, w.link.loss_percent) for w in planet.workers)
     assert links == [(20, 150, 0.5)] * 2 + [(100, 40, 0)] * 4 + [(1000, 10, 0)] * 2

@@ -39,6 +39,7 @@ from typing import IO, Any
 import structlog
 
 from pcp_core.rehearsal.counters import INTERVAL_S, link_use, read_samples
+from pcp_core.rehearsal.cpu import cpu_groups
 from pcp_core.rehearsal.links import Network, emulated_network
 from pcp_core.rehearsal.scenario import Scenario
 
@@ -140,9 +141,15 @@ def worker_argv(
 
 
 def _start(
-    processes: _Processes, network: Network, name: str, argv: Sequence[str], run_dir: Path
+    processes: _Processes,
+    network: Network,
+    name: str,
+    argv: Sequence[str],
+    run_dir: Path,
+    preexec: Callable[[], None] | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start `argv` in node `name`'s namespace, in a session of its own, logging to a file."""
+    """Start `argv` in node `name`'s namespace, in a session of its own, logging to a
+    file; `preexec` runs in the new process first (to join a CPU quota's cgroup)."""
     log_file = (run_dir / "logs" / f"{name}.log").open("wb")
     processes.logs.append(log_file)
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
@@ -154,6 +161,7 @@ def _start(
         stdin=subprocess.DEVNULL,
         env=env,
         start_new_session=True,
+        preexec_fn=preexec,
     )
     processes.running[name] = process
     return process
@@ -222,7 +230,8 @@ def started_run(
     run_dir = Path(run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
     write_token(run_dir / "token")
-    with emulated_network(scenario) as network:
+    quotas = {w.name: w.cpus for w in scenario.workers if w.cpus is not None}
+    with emulated_network(scenario) as network, cpu_groups(quotas, network.tag) as cpu:
         counters = [sys.executable, "-m", "pcp_core.rehearsal.counters", "eth0"]
         counters += [str(run_dir / "shepherd-link.tsv"), str(INTERVAL_S)]
         sampler = network.popen("shepherd", counters, stdin=subprocess.DEVNULL)
@@ -233,7 +242,7 @@ def started_run(
             address = f"{network.address('shepherd')}:{port}"
             for worker in scenario.workers:
                 argv = worker_argv(worker.name, worker.backend, address, run_dir, settings)
-                _start(processes, network, worker.name, argv, run_dir)
+                _start(processes, network, worker.name, argv, run_dir, cpu.joiner(worker.name))
             log.info("rehearsal_started", scenario=scenario.name, workers=len(scenario.workers))
             yield network
         finally:

@@ -19,6 +19,7 @@ delay_ms = 150
 jitter_ms = 10
 loss_percent = 0.5
 backend = "cpu"
+cpus = 0.5            # optional: CPU time in cores, a cgroup quota (pcp_core.rehearsal.cpu)
 ```
 """
 
@@ -32,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 LINK_KEYS = ("rate_mbit", "delay_ms", "jitter_ms", "loss_percent")
-WORKER_KEYS = (*LINK_KEYS, "name", "count", "backend")
+WORKER_KEYS = (*LINK_KEYS, "name", "count", "backend", "cpus")
 TOP_KEYS = ("name", "description", "shepherd", "workers")
 # Worker names become namespace names (`pcpw-<pid>-<name>`): short and shell-safe.
 NAME_PATTERN = re.compile(r"^[a-z][a-z0-9-]{0,19}$")
@@ -65,11 +66,13 @@ class Link:
 
 @dataclass(frozen=True)
 class Worker:
-    """One worker of a scenario: its name, its link and the backend it should run."""
+    """One worker of a scenario: its name, its link, the backend it should run and the
+    CPU time it may use, in cores (None: unlimited)."""
 
     name: str
     link: Link
     backend: str = "cpu"
+    cpus: float | None = None
 
 
 @dataclass(frozen=True)
@@ -160,10 +163,15 @@ def parse_scenario(data: dict[str, Any], default_name: str = "scenario") -> Scen
         backend = group.get("backend", "cpu")
         if not isinstance(backend, str) or not backend:
             raise ScenarioError(f"{where}backend: expected a non-empty string, got {backend!r}")
+        cpus = group.get("cpus")
+        if cpus is not None and (
+            isinstance(cpus, bool) or not isinstance(cpus, int | float) or not 0.01 <= cpus <= 1024
+        ):
+            raise ScenarioError(f"{where}cpus: expected a number of cores from 0.01, got {cpus!r}")
         link = _link(group, where, WORKER_KEYS)
         for n in range(count):
             worker_name = group_name if count == 1 else f"{group_name}-{n}"
-            workers.append(Worker(name=worker_name, link=link, backend=backend))
+            workers.append(Worker(worker_name, link, backend, None if cpus is None else cpus))
     names = [worker.name for worker in workers]
     duplicates = sorted(
         {n for n in names if names.count(n) > 1} | ({"shepherd", "router"} & set(names))

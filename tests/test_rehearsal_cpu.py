@@ -1,0 +1,49 @@
+"""CPU quotas for rehearsed workers (pcp_core.rehearsal.cpu): a process started into a
+quota's cgroup gets no more CPU time than the quota, and the groups go away after.
+Needs root and a cgroup cpu controller; skips cleanly without them."""
+
+from __future__ import annotations
+
+import os
+import resource
+import subprocess
+import sys
+
+import pytest
+
+from pcp_core.rehearsal.cpu import CpuQuotaError, cpu_groups, quota_problem
+
+SPIN = "import time\nend = time.monotonic() + 1.5\nwhile time.monotonic() < end: pass\n"
+
+
+@pytest.fixture
+def quotas_work() -> None:
+    problem = quota_problem()
+    if problem is not None:
+        pytest.skip(problem)
+
+
+@pytest.mark.slow
+def test_a_process_in_a_quota_gets_no_more_cpu_than_the_quota(quotas_work: None) -> None:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    with cpu_groups({"w": 0.2}, f"test-{os.getpid()}") as groups:
+        group = groups.groups["w"]
+        subprocess.run([sys.executable, "-c", SPIN], check=True, preexec_fn=groups.joiner("w"))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    used = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    # 1.5 s of spinning at a fifth of a core: about 0.3 s, with one period's slack
+    assert 0 < used <= 0.2 * 1.5 + 0.15, used
+    assert not group.exists() and not group.parent.exists()
+
+
+def test_no_quota_needs_no_cgroup_and_a_worker_without_one_starts_as_it_is() -> None:
+    with cpu_groups({}, "unused") as groups:
+        assert groups.joiner("anyone") is None
+
+
+def test_without_a_cpu_controller_the_error_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    from pcp_core.rehearsal import cpu
+
+    monkeypatch.setattr(cpu, "cpu_hierarchy", lambda root=None: None)
+    with pytest.raises(CpuQuotaError, match="no writable cgroup cpu controller"):
+        cpu.CpuGroups({"w": 0.5}, "x")
