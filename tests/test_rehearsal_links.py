@@ -161,7 +161,7 @@ def test_a_link_delivers_its_rate(network, sender: str, receiver: str) -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # a probe starved of CPU by parallel tests loses packets to the host
+@pytest.mark.alone  # a probe starved of CPU by parallel tests loses packets to the host
 def test_a_link_drops_its_share_of_packets(network) -> None:
     from pcp_core.rehearsal.probe import measure_loss
 

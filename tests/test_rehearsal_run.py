@@ -53,7 +53,7 @@ def test_diloco_runs_over_the_ci_scenario_and_pays_its_round_trip(rehearse) -> N
 
 
 @pytest.mark.slow
-@pytest.mark.serial
+@pytest.mark.alone
 def test_the_shepherd_keeps_its_own_link_busy_while_a_round_transfers(rehearse) -> None:
     """On scenarios/shepherd-bound.toml every transfer queues on the shepherd's 20 Mbit/s:
     while parameters go out and pseudo-gradients come in, the link carries at least 90%
@@ -114,7 +114,7 @@ def test_a_worker_cut_off_for_20_s_is_left_behind_then_rejoins(rehearse, tmp_pat
 
 
 @pytest.mark.slow
-@pytest.mark.serial
+@pytest.mark.alone
 def test_overlapped_rounds_keep_the_workers_busier_than_blocking_ones(rehearse) -> None:
     """With rounds whose compute is about their network time, `--overlap delayed` hides
     the network behind the next round's steps: a higher compute utilisation, and a

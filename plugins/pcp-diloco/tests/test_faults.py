@@ -55,7 +55,7 @@ def test_suspended_worker_is_dropped_then_taken_back(
     passed; SIGCONT: it finds its connection gone, its supervisor starts it again, and it
     rejoins with the inner state it had saved."""
     out = tmp_path / "run"
-    args = ("--workers", "2", "--worker-timeout", "3", "--steps", "4000", "--inner-steps", "10")
+    args = ("--workers", "2", "--worker-timeout", "3", "--steps", "2400", "--inner-steps", "10")
     run, address = start_one_command(e2e, tiny, out, *args)
     stopped = worker_pids(e2e, address)[0]
     os.kill(stopped, signal.SIGSTOP)
@@ -80,7 +80,7 @@ def test_suspended_worker_is_dropped_then_taken_back(
     assert "lost the shepherd" in worker_logs
     assert "inner state restored" in worker_logs
     assert all(r["attempts"] >= 1 for r in e2e.metrics(out))
-    assert len(e2e.metrics(out)) == 400
+    assert len(e2e.metrics(out)) == 240
 
 
 def test_losing_the_only_worker_waits_for_it(
@@ -90,14 +90,14 @@ def test_losing_the_only_worker_waits_for_it(
     supervisor restarts it, and the run finishes."""
     out = tmp_path / "run"
     run, address = start_one_command(
-        e2e, tiny, out, "--workers", "1", "--steps", "2000", "--inner-steps", "10"
+        e2e, tiny, out, "--workers", "1", "--steps", "600", "--inner-steps", "10"
     )
     os.kill(worker_pids(e2e, address)[0], signal.SIGKILL)
     log = finished(run)
     assert "waiting for workers" in log, log[-3000:]
     assert "round below quorum" in log
     records = e2e.metrics(out)
-    assert len(records) == 200 and all(r["workers"] == 1 for r in records)
+    assert len(records) == 60 and all(r["workers"] == 1 for r in records)
     assert "inner state restored" in (out / "worker-0.log").read_text()
 
 

@@ -161,7 +161,7 @@ def test_a_killed_worker_rejoins_a_run_of_fragments_and_gets_the_whole_model(
         "train",
         "train",
         *("--algorithm", "diloco", "--backend", "cpu", "--workers", "2", "--out", str(out)),
-        *("--steps", "2400", "--inner-steps", "12", "--fragments", "3", "--overlap", "delayed"),
+        *("--steps", "960", "--inner-steps", "12", "--fragments", "3", "--overlap", "delayed"),
         *("--eval-every", "0", *tiny),
     )
     e2e.wait_for(
@@ -174,7 +174,7 @@ def test_a_killed_worker_rejoins_a_run_of_fragments_and_gets_the_whole_model(
     os.kill(e2e.pids_with(f"pcp_core worker --connect {address}")[0], signal.SIGKILL)
     assert run.wait(300) == 0, run.err()[-4000:]
     records = e2e.metrics(out)
-    assert len(records) == 600
+    assert len(records) == 240  # about 25 s here: a restart and rejoin took 2.3 s
     workers = [r["workers"] for r in records]
     lost = workers.index(1, killed_after)
     assert 2 in workers[lost:], "the restarted worker never took part again"

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-pytestmark = pytest.mark.serial  # sixteen workers fill the machine
+pytestmark = pytest.mark.alone  # sixteen workers fill the machine
 
 SMALL = ("--n-layer", "1", "--n-head", "1", "--n-embd", "16", "--block-size", "16")
 

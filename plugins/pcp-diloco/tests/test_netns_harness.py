@@ -16,7 +16,7 @@ import pytest
 from . import netns
 from .netns import Host, Network
 
-pytestmark = pytest.mark.serial  # packet timing
+pytestmark = pytest.mark.alone  # packet timing
 
 PORT = 7000
 SERVER = """
