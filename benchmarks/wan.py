@@ -44,6 +44,7 @@ VARIANTS = {
     **{f"stream{p}": ("--overlap", "delayed", "--fragments", str(p)) for p in (2, 4, 8, 16)},
     # rounds by time for unequal workers (--round-budget auto, merged by tokens)
     "budgeted": ("--overlap", "none", "--fragments", "1", "--round-budget", "auto"),
+    "budgeted-overlapped": ("--overlap", "delayed", "--fragments", "1", "--round-budget", "auto"),
 }
 
 

@@ -210,7 +210,7 @@ class Shepherd:
                 assignments,
                 changed,
                 everything if scope.returned is None else scope.returned,
-                self._deadline(),
+                self._deadline(max(a.budget_s for a in assignments.values())),
                 self.limits.worker_timeout_s,
                 self.admission.status,
                 dict(excluded or {}),
@@ -279,12 +279,15 @@ class Shepherd:
         self.wait_for_workers(self.limits.min_workers, self.limits.join_timeout_s)
         log.info("enough workers again", round=round_index, connected=len(self.links))
 
-    def _deadline(self) -> float | None:
+    def _deadline(self, budget_s: float) -> float | None:
+        """--round-timeout where given; else DEADLINE_FACTOR times the typical round (or
+        the round's time budget, where that is longer: a budget can grow from one round
+        to the next) plus the worker timeout; None before any round, see rounds.py."""
         if self.limits.round_timeout_s is not None:
             return self.limits.round_timeout_s
         if not self._durations:
             return None
-        typical = statistics.median(self._durations)
+        typical = max(statistics.median(self._durations), budget_s)
         return DEADLINE_FACTOR * typical + self.limits.worker_timeout_s
 
     # -- the end --------------------------------------------------------------------------
