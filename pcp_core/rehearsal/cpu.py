@@ -15,7 +15,10 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-PERIOD_US = 100_000  # the kernel's default CFS period
+# The scheduler's period for a quota (the kernel's default is 100 ms): a group gets its
+# share of each period, then waits for the next. 20 ms keeps a slow worker slow evenly,
+# not in bursts of full speed and long stops, even over rounds of a second.
+PERIOD_US = 20_000
 
 
 class CpuQuotaError(RuntimeError):
