@@ -47,3 +47,13 @@ def test_without_a_cpu_controller_the_error_says_so(monkeypatch: pytest.MonkeyPa
     monkeypatch.setattr(cpu, "cpu_hierarchy", lambda root=None: None)
     with pytest.raises(CpuQuotaError, match="no writable cgroup cpu controller"):
         cpu.CpuGroups({"w": 0.5}, "x")
+
+
+def test_groups_a_killed_rehearsal_left_are_removed_by_the_next(quotas_work: None) -> None:
+    from pcp_core.rehearsal.cpu import cpu_hierarchy, remove_stale
+
+    hierarchy, _ = cpu_hierarchy()
+    left = hierarchy / "pcp-999999999-0"  # no such pid
+    (left / "w").mkdir(parents=True)
+    remove_stale()
+    assert not left.exists()

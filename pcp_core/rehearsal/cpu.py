@@ -4,13 +4,16 @@ A scenario worker with `cpus = 0.25` runs in a cgroup of its own whose CPU bandw
 a quarter of one core (the scheduler's quota over its period), so its inner steps take
 about four times as long as an unlimited worker's on an idle core; nothing in PCP's code
 is slowed. cgroup v1's cpu controller (`cpu.cfs_quota_us`) and cgroup v2's (`cpu.max`)
-both work; the groups live under `pcp-<pid>` and are removed with the network.
+both work; the groups live under `pcp-<tag>` (the network's tag, which starts with the
+rehearsal's pid) and are removed with the network, or by the next rehearsal where a
+killed one left them.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -61,6 +64,7 @@ class CpuGroups:
         if found is None:
             raise CpuQuotaError(quota_problem() or "no cpu controller")
         hierarchy, version = found
+        remove_stale()
         try:
             self.parent = hierarchy / f"pcp-{tag}"
             self.parent.mkdir(exist_ok=True)
@@ -93,14 +97,30 @@ class CpuGroups:
 
         return join
 
-    def remove(self) -> None:
-        """Remove the groups (their processes must have ended)."""
-        for group in self.groups.values():
-            with contextlib.suppress(OSError):
-                group.rmdir()
-        if self.parent is not None:
-            with contextlib.suppress(OSError):
-                self.parent.rmdir()
+    def remove(self, wait_s: float = 5.0) -> None:
+        """Remove the groups, waiting up to `wait_s` for their last processes to end."""
+        deadline = time.monotonic() + wait_s
+        for group in [*self.groups.values(), self.parent]:
+            while group is not None and group.exists():
+                try:
+                    group.rmdir()
+                except OSError:
+                    if time.monotonic() > deadline:
+                        break
+                    time.sleep(0.1)
+
+
+def remove_stale(root: Path = CGROUP_ROOT) -> None:
+    """Remove the empty groups a killed rehearsal left (`pcp-<pid>-...` of a dead pid)."""
+    found = cpu_hierarchy(root)
+    if found is None:
+        return
+    for parent in found[0].glob("pcp-*"):
+        owner = parent.name.split("-")[1]
+        if owner.isdigit() and not Path(f"/proc/{owner}").exists():
+            for group in [*(p for p in parent.iterdir() if p.is_dir()), parent]:
+                with contextlib.suppress(OSError):
+                    group.rmdir()
 
 
 @contextlib.contextmanager
