@@ -125,7 +125,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
 
     reset = momentum_to_reset(config, ctx.plugins, setup.program)
     counters = schedule_counters(config, ctx.plugins, setup.program)
-    budget = RoundBudget(diloco.round_budget, diloco.round_steps)
+    budget = RoundBudget(diloco.round_budget, diloco.round_steps, config.steps_per_call)
     settings = RunSettings(
         algorithm="diloco",
         run_id=state.run_id,

@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 from pcp_diloco import worker_side
-from pcp_diloco.budgets import MEASURING_S, RoundBudget, weigh_by
+from pcp_diloco.budgets import MEASURING_S, RoundBudget, aligned, weigh_by
 from pcp_diloco.settings import budget_seconds
 
 from pcp_core import config_file, plugins, run
@@ -41,7 +41,7 @@ def test_a_bad_round_budget_is_refused_with_what_it_may_be() -> None:
 
 
 def test_auto_measures_first_then_gives_the_fastest_worker_h_steps_of_time() -> None:
-    budget = RoundBudget("auto", round_steps=20)
+    budget = RoundBudget("auto", round_steps=20, steps_per_call=1)
     assert budget.measuring() and budget.seconds() == MEASURING_S
     budget.learn({0: result(2, 1.0), 1: result(2, 0.4)})  # one call each, warming up
     assert not budget.measuring()
@@ -56,9 +56,23 @@ def test_auto_measures_first_then_gives_the_fastest_worker_h_steps_of_time() -> 
     assert budget.seconds() == pytest.approx(20 * 0.1)
 
 
+def test_the_budget_is_moved_to_where_every_workers_whole_calls_end_together() -> None:
+    # calls of 0.1, 0.2 and 0.4 s: at 2.1 s the two slower ones would stop at 2.0 s
+    assert aligned(2.1, [0.1, 0.2, 0.4]) == pytest.approx(2.0)
+    assert aligned(2.0, [0.7, 0.1]) == pytest.approx(2.1)  # 3 slow calls, 21 fast ones
+    assert aligned(1.0, [0.1]) == pytest.approx(1.0)
+    assert aligned(1.0, [5.0]) == pytest.approx(1.0)  # no multiple near: as it was
+    budget = RoundBudget("auto", round_steps=20, steps_per_call=2)
+    budget.learn({0: result(2, 1.0)})
+    budget.learn({0: result(10, 1.0), 1: result(10, 3.75)})  # calls of 0.2 and 0.75 s
+    # H steps of the fastest, 2.0 s, would end the slow worker at 2.25 s: 2.2 s ends the
+    # fast one at 2.2 s, the slow one at 2.25 s
+    assert budget.seconds() == pytest.approx(2.2)
+
+
 def test_steps_and_a_duration_do_not_depend_on_the_reports() -> None:
     for setting, seconds in (("steps", 0.0), ("12s", 12.0)):
-        budget = RoundBudget(setting, round_steps=20)
+        budget = RoundBudget(setting, round_steps=20, steps_per_call=1)
         budget.learn({0: result(5, 1.0)})
         assert budget.seconds() == seconds and not budget.measuring()
 
