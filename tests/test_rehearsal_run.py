@@ -136,3 +136,58 @@ def test_overlapped_rounds_keep_the_workers_busier_than_blocking_ones(rehearse) 
         utilisation[overlap] = summary["compute_utilisation"]
     idle = {overlap: 1 - share for overlap, share in utilisation.items()}
     assert idle["delayed"] < OVERLAP_IDLE_RATIO * idle["none"], utilisation
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # its worker timeout and the share of a core a quota leaves
+def test_unequal_workers_share_a_round_by_time_and_a_cut_slow_one_rejoins(
+    rehearse, tmp_path: Path
+) -> None:
+    """A worker at a quarter of a core (a cgroup quota) beside an unlimited one, with
+    `--round-budget auto`: each round the slow one runs fewer steps in the same time,
+    the merge weighs them by their steps, and when its link is cut for 10 s the run goes
+    on without it and takes it back."""
+    from pcp_core.rehearsal.cpu import quota_problem
+    from pcp_core.rehearsal.harness import joined_indices, read_records, set_link
+    from pcp_core.rehearsal.scenario import Link, Scenario, Worker
+
+    if quota_problem():
+        pytest.skip(quota_problem())
+    lan = Link(rate_mbit=1000, delay_ms=1)
+    workers = [Worker("slow", lan, cpus=0.25), Worker("fast", lan)]
+    scenario = Scenario("unequal", Link(1000), workers)
+    budget = ("--round-budget", "auto", "--batch-size", "8", "--steps-per-call", "4")
+    settings = TrainingSettings(
+        steps=4000,
+        inner_steps=200,
+        shepherd_flags=(*TINY, *budget, "--eval-every", "0", *DEADLINES),
+        worker_flags=("--timeout", "5"),
+    )
+    metrics = tmp_path / "run" / "shepherd" / "metrics.jsonl"
+    cut: dict[str, float] = {}
+
+    def during(network, elapsed: float) -> None:
+        done = sum(1 for r in read_records(metrics) if "round_s" in r)
+        if "down" not in cut and done >= 6:
+            set_link(network, "slow", up=False)
+            cut["down"] = elapsed
+        elif "down" in cut and "up" not in cut and elapsed - cut["down"] >= 10:
+            set_link(network, "slow", up=True)
+            cut["up"] = elapsed
+
+    result = rehearse(scenario, settings, timeout_s=600, during=during)
+
+    assert "up" in cut, f"the run ended before the link came back: {cut}"
+    assert result.exit_codes == {"shepherd": 0, "slow": 0, "fast": 0}
+    rounds = result.rounds
+    assert len(rounds) == 20 and rounds[0]["budget_s"] < rounds[1]["budget_s"]
+    assert any(r["workers"] == 1 for r in rounds), "no round went on without the cut worker"
+    assert len(joined_indices(result.run_dir).get("slow", [])) >= 2, "slow did not rejoin"
+    slow, fast = (joined_indices(result.run_dir)[name][0] for name in ("slow", "fast"))
+    both = [r["worker_steps"] for r in rounds[1:] if r["workers"] == 2]
+    shares = sorted(steps[str(slow)] / steps[str(fast)] for steps in both)
+    assert shares[len(shares) // 2] < 0.6, both  # a quarter of a core: about a quarter
+    tokens_per_step = 8 * 32  # a batch of 8 sequences of the block
+    steps = sum(sum(r["worker_steps"].values()) for r in rounds)
+    assert result.summary["tokens"] == steps * tokens_per_step
+    assert math.isfinite(result.summary["final_val_loss"])

@@ -113,6 +113,7 @@ def test_cut_and_partition(
     stop_shepherd(e2e)
 
 
+@pytest.mark.alone  # compares round times before and after the throttle
 def test_slow_lossy_link(
     e2e: Any, network: Any, tiny: tuple[str, ...], token_file: Path, tmp_path: Path
 ) -> None:
