@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import math
 import os
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -30,6 +32,29 @@ OVERLAP_STEPS, OVERLAP_INNER_STEPS, OVERLAP_IDLE_RATIO = 1000, 100, 0.6
 SETTINGS = TrainingSettings(
     steps=40, inner_steps=10, seed=0, shepherd_flags=(*TINY, "--steps-per-call", "10")
 )
+
+
+def cut_link(
+    run_dir: Path, node: str, after_rounds: int, seconds: float
+) -> tuple[dict[str, float], Callable[[Any, float], None]]:
+    """A `during` callback for run_scenario that cuts `node`'s link once the run has
+    done `after_rounds` rounds and restores it `seconds` later; the dict it fills says
+    when (elapsed seconds: "down", "up")."""
+    from pcp_core.rehearsal.harness import read_records, set_link
+
+    metrics = run_dir / "shepherd" / "metrics.jsonl"
+    cut: dict[str, float] = {}
+
+    def during(network: Any, elapsed: float) -> None:
+        if "down" not in cut:
+            if sum(1 for r in read_records(metrics) if "round_s" in r) >= after_rounds:
+                set_link(network, node, up=False)
+                cut["down"] = elapsed
+        elif "up" not in cut and elapsed - cut["down"] >= seconds:
+            set_link(network, node, up=True)
+            cut["up"] = elapsed
+
+    return cut, during
 
 
 @pytest.mark.slow
@@ -78,7 +103,7 @@ def test_the_shepherd_keeps_its_own_link_busy_while_a_round_transfers(rehearse) 
 def test_a_worker_cut_off_for_20_s_is_left_behind_then_rejoins(rehearse, tmp_path: Path) -> None:
     """ci-1's link goes down for 20 s after round 3: the round goes on with ci-0 within
     the shepherd's --worker-timeout, later rounds run on one worker, and ci-1 rejoins."""
-    from pcp_core.rehearsal.harness import joined_indices, read_records, set_link
+    from pcp_core.rehearsal.harness import joined_indices
 
     settings = TrainingSettings(
         steps=2000,
@@ -86,18 +111,7 @@ def test_a_worker_cut_off_for_20_s_is_left_behind_then_rejoins(rehearse, tmp_pat
         shepherd_flags=(*TINY, "--steps-per-call", "10", "--eval-every", "0", *DEADLINES),
         worker_flags=("--timeout", "5"),
     )
-    metrics = tmp_path / "run" / "shepherd" / "metrics.jsonl"
-    cut: dict[str, float] = {}
-
-    def during(network, elapsed: float) -> None:
-        done = sum(1 for r in read_records(metrics) if "round_s" in r)
-        if "down" not in cut and done >= 3:
-            set_link(network, "ci-1", up=False)
-            cut["down"], cut["rounds_before"] = elapsed, done
-        elif "down" in cut and "up" not in cut and elapsed - cut["down"] >= 20:
-            set_link(network, "ci-1", up=True)
-            cut["up"] = elapsed
-
+    cut, during = cut_link(tmp_path / "run", "ci-1", after_rounds=3, seconds=20)
     scenario = load_scenario(ROOT / "scenarios" / "ci.toml")
     result = rehearse(scenario, settings, timeout_s=600, during=during)
 
@@ -148,7 +162,7 @@ def test_unequal_workers_share_a_round_by_time_and_a_cut_slow_one_rejoins(
     the merge weighs them by their steps, and when its link is cut for 10 s the run goes
     on without it and takes it back."""
     from pcp_core.rehearsal.cpu import quota_problem
-    from pcp_core.rehearsal.harness import joined_indices, read_records, set_link
+    from pcp_core.rehearsal.harness import joined_indices
     from pcp_core.rehearsal.scenario import Link, Scenario, Worker
 
     if quota_problem():
@@ -163,18 +177,7 @@ def test_unequal_workers_share_a_round_by_time_and_a_cut_slow_one_rejoins(
         shepherd_flags=(*TINY, *budget, "--eval-every", "0", *DEADLINES),
         worker_flags=("--timeout", "5"),
     )
-    metrics = tmp_path / "run" / "shepherd" / "metrics.jsonl"
-    cut: dict[str, float] = {}
-
-    def during(network, elapsed: float) -> None:
-        done = sum(1 for r in read_records(metrics) if "round_s" in r)
-        if "down" not in cut and done >= 6:
-            set_link(network, "slow", up=False)
-            cut["down"] = elapsed
-        elif "down" in cut and "up" not in cut and elapsed - cut["down"] >= 10:
-            set_link(network, "slow", up=True)
-            cut["up"] = elapsed
-
+    cut, during = cut_link(tmp_path / "run", "slow", after_rounds=6, seconds=10)
     result = rehearse(scenario, settings, timeout_s=600, during=during)
 
     assert "up" in cut, f"the run ended before the link came back: {cut}"

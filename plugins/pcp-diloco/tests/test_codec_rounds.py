@@ -74,7 +74,9 @@ def test_a_worker_without_the_codec_refuses_to_join_and_says_what_to_install(
 ) -> None:
     shepherd, address = e2e.shepherd(
         *("--backend", "cpu", "--workers", "1", "--token-file", str(token_file)),
-        *("--steps", "20", "--inner-steps", "10", "--codec", "int8", "--join-timeout", "20"),
+        # a join timeout the worker's start cannot outlast on a busy machine: with 20 s
+        # the shepherd once gave up and reset the connection before the Setup went out
+        *("--steps", "20", "--inner-steps", "10", "--codec", "int8", "--join-timeout", "300"),
         *("--out", str(tmp_path / "run"), *tiny),
     )
     worker = e2e.pcp(
