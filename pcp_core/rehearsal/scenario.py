@@ -171,7 +171,7 @@ def parse_scenario(data: dict[str, Any], default_name: str = "scenario") -> Scen
         link = _link(group, where, WORKER_KEYS)
         for n in range(count):
             worker_name = group_name if count == 1 else f"{group_name}-{n}"
-            workers.append(Worker(worker_name, link, backend, None if cpus is None else cpus))
+            workers.append(Worker(worker_name, link, backend, cpus))
     names = [worker.name for worker in workers]
     duplicates = sorted(
         {n for n in names if names.count(n) > 1} | ({"shepherd", "router"} & set(names))
