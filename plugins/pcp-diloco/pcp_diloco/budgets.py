@@ -4,8 +4,9 @@ each worker's result counts (`--merge`).
 Every worker of a budgeted round gets the same duration, so unequal machines report at
 about the same time and none idles while the slowest finishes; each runs as many inner
 steps as fit (`pcp_diloco.worker_side`) and reports them, one loss a step. Under `auto`
-the duration is the time the fastest worker takes for H steps, from the seconds per
-step each worker measured in its last rounds (an exponential average: a worker that
+the duration is the time the fastest worker takes for H steps (or the slowest worker's
+one call, if that is longer), from the seconds per step each worker measured in its
+last rounds (an exponential average: a worker that
 slows down, throttled or sharing its machine, or speeds up moves it within a few rounds).
 Before any worker has reported, in the run's first round, every worker runs one call:
 a short round that measures them all (H steps there would hold the round for the
@@ -72,7 +73,9 @@ class RoundBudget:
         if self.measuring():
             return MEASURING_S
         calls = [seconds * self.steps_per_call for seconds in self.step_s.values()]
-        return aligned(self.round_steps * min(self.step_s.values()), calls)
+        # never shorter than the slowest worker's one call, which it runs whatever the
+        # budget: a shorter round would end for the others while it still computes
+        return aligned(max(self.round_steps * min(self.step_s.values()), *calls), calls)
 
 
 def aligned(target_s: float, call_s: list[float]) -> float:

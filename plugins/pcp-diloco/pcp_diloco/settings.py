@@ -121,7 +121,8 @@ class DilocoSettings:
         "steps",
         "What a round asks of each worker. steps: --inner-steps steps each, so a round "
         "lasts as long as its slowest worker. auto: the time the fastest worker takes for "
-        "--inner-steps steps (measured from its reports, round after round), each worker "
+        "--inner-steps steps (measured from its reports, round after round; at least the "
+        "slowest worker's one call), each worker "
         "running as many steps as fit, so unequal machines report together and none "
         "idles. A duration such as 30s: that many seconds each. A budgeted worker runs "
         "at least one call and at most 4 x --inner-steps steps; its learning-rate "

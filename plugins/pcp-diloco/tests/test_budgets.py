@@ -70,6 +70,15 @@ def test_the_budget_is_moved_to_where_every_workers_whole_calls_end_together() -
     assert budget.seconds() == pytest.approx(2.2)
 
 
+def test_a_round_is_never_shorter_than_the_slowest_workers_one_call() -> None:
+    # a CPU worker beside a GPU one: its one call of 10 steps (4 s) is longer than the
+    # GPU's H steps (100 x 0.02 s); a 2 s round would end for the GPU while it computed
+    budget = RoundBudget("auto", round_steps=100, steps_per_call=10)
+    budget.learn({0: result(10, 0.2), 1: result(10, 4.0)})
+    budget.learn({0: result(100, 2.0), 1: result(10, 4.0)})
+    assert budget.seconds() == pytest.approx(4.0)
+
+
 def test_steps_and_a_duration_do_not_depend_on_the_reports() -> None:
     for setting, seconds in (("steps", 0.0), ("12s", 12.0)):
         budget = RoundBudget(setting, round_steps=20, steps_per_call=1)
