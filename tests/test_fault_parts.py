@@ -21,6 +21,7 @@ from pcp_core.shepherd.aggregation import (
     check_delta,
     check_result,
     delta_norm,
+    step_norm,
 )
 from pcp_core.watch.metrics import MetricsLog
 from pcp_core.wire.messages import Result, WorkerSettings
@@ -56,6 +57,20 @@ def test_norm_bound_uses_the_median() -> None:
         bound.check(1000.0, limit)
     bound.remember([1.0, 1.1, 0.9])
     assert bound.limit([1000.0]) == pytest.approx(10 * 1.05)  # history is reference too
+
+
+def test_norms_compare_per_inner_step_so_unequal_work_is_not_refused() -> None:
+    # a round by time (measured on an H200): a GPU worker ran 790 steps, two CPU
+    # workers 10; the GPU's pseudo-gradient is 30x longer, but shorter per step
+    gpu = Result(1, 0, [2.0] * 790, 8.0, norm=60.0)
+    cpus = [Result(1, 0, [3.0] * 10, 8.0, norm=n) for n in (1.9, 2.1)]
+    bound = NormBound(ratio=10)
+    limit = bound.limit([step_norm(r) for r in (gpu, *cpus)])
+    for result in (gpu, *cpus):
+        bound.check(step_norm(result), limit)
+    # the same norm from 10 steps is refused
+    with pytest.raises(BadResult, match="per inner step"):
+        bound.check(step_norm(Result(1, 0, [2.0] * 10, 8.0, norm=60.0)), limit)
 
 
 def test_delta_checks() -> None:

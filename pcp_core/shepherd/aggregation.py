@@ -74,12 +74,21 @@ def check_result(result: Result, round_index: int, attempt: int) -> None:
         raise BadResult(f"impossible timings (compute, waited, sent): {timings}")
 
 
+def step_norm(result: Result) -> float:
+    """A result's pseudo-gradient norm per inner step behind it: what `NormBound`
+    compares, so that a worker that ran many more steps than the others in a round by
+    time (a GPU beside a CPU: 800 steps against 10) is not refused for its longer
+    journey. A pseudo-gradient grows at most linearly with its steps."""
+    return result.norm / len(result.losses)
+
+
 class NormBound:
     """Refuses a norm far above the others': over NORM_RATIO times the median of the
     norms accepted in the last NORM_REFERENCE_ROUNDS rounds and this round's announced
-    ones. The median ignores a minority of outliers, so a few bad workers cannot move the
-    bound; with fewer than MIN_REFERENCE_NORMS reference norms (a first round with one or
-    two workers) nothing is refused, since there is no telling who is the outlier."""
+    ones (each per inner step: `step_norm`). The median ignores a minority of outliers,
+    so a few bad workers cannot move the bound; with fewer than MIN_REFERENCE_NORMS
+    reference norms (a first round with one or two workers) nothing is refused, since
+    there is no telling who is the outlier."""
 
     def __init__(self, ratio: float = NORM_RATIO) -> None:
         self.ratio = ratio
@@ -94,8 +103,8 @@ class NormBound:
     def check(self, norm: float, limit: float | None) -> None:
         if limit is not None and norm > limit:
             raise BadResult(
-                f"pseudo-gradient norm {norm:.4g} is over {self.ratio:g}x the median of "
-                f"the others' ({limit / self.ratio:.4g})"
+                f"pseudo-gradient norm per inner step {norm:.4g} is over {self.ratio:g}x "
+                f"the median of the others' ({limit / self.ratio:.4g})"
             )
 
     def remember(self, accepted: list[float]) -> None:

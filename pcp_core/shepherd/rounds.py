@@ -41,6 +41,7 @@ from pcp_core.shepherd.aggregation import (
     StagingPool,
     check_delta,
     check_result,
+    step_norm,
 )
 from pcp_core.watch.run_status import RunStatus
 from pcp_core.wire.downlink import Outgoing
@@ -57,6 +58,8 @@ class RoundOutcome:
     round: int
     attempt: int
     results: dict[int, Result] = field(default_factory=dict)  # accepted, by worker index
+    # every well-formed report, refused ones too: each says how fast its worker ran
+    reported: dict[int, Result] = field(default_factory=dict)
     senders: dict[int, str] = field(default_factory=dict)  # their worker names, by index
     rejected: dict[int, str] = field(default_factory=dict)  # worker index -> why
     non_finite: set[int] = field(default_factory=set)  # rejected for NaN or Inf
@@ -212,14 +215,15 @@ def _check_reports(
             if len(result.losses) > most:
                 raise BadResult(f"{len(result.losses)} inner steps reported, at most {most} asked")
             senders.add(name)
+            outcome.reported[link.index] = result
             fine.append((link, result))
         except BadResult as error:
             _refuse(link, plan, error, outcome)
-    limit = bound.limit([result.norm for _, result in fine])
+    limit = bound.limit([step_norm(result) for _, result in fine])
     accepted = []
     for link, result in fine:
         try:
-            bound.check(result.norm, limit)
+            bound.check(step_norm(result), limit)
             accepted.append((link, result))
         except BadResult as error:
             _refuse(link, plan, error, outcome)

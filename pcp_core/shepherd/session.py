@@ -26,7 +26,7 @@ import structlog
 
 from pcp_core.codecs import on_the_wire
 from pcp_core.shepherd.admission import Admission, WorkerLink
-from pcp_core.shepherd.aggregation import NormBound, RunningSum, StagingPool
+from pcp_core.shepherd.aggregation import NormBound, RunningSum, StagingPool, step_norm
 from pcp_core.shepherd.rounds import (
     DEADLINE_FACTOR,
     RoundOutcome,
@@ -224,7 +224,7 @@ class Shepherd:
             if len(outcome.results) >= self.limits.min_workers:
                 total.mean_into(delta_mean)
                 self._durations.append(outcome.report_s)
-                bound.remember([r.norm for r in outcome.results.values()])
+                bound.remember([step_norm(r) for r in outcome.results.values()])
                 self._bound_of_last = bound
                 self._current = [link for link in links if link.index in outcome.results]
                 return outcome

@@ -43,8 +43,9 @@ class RoundBudget:
     rough: bool = False  # step_s is from `auto`'s first round: replaced, not averaged
 
     def learn(self, results: dict[int, Result]) -> None:
-        """Take in a round's accepted results; the workers absent from it are forgotten,
-        so a fast worker that left does not keep the rounds short. The one call of
+        """Take in a round's reports (refused ones too: a worker whose result was refused
+        still ran at its speed); the workers absent from it are forgotten, so a fast
+        worker that left does not keep the rounds short. The one call of
         `auto`'s first round, slowed by warming up, only stands in until a full round."""
         rough, self.rough = self.rough, self.measuring()
         measured = {

@@ -13,6 +13,7 @@ import structlog
 from pcp_core.config import ConfigError
 from pcp_core.optimizers import OuterStep
 from pcp_core.program import checkpoint
+from pcp_core.shepherd.aggregation import step_norm
 from pcp_core.shepherd.rounds import RoundOutcome, Scope
 from pcp_core.shepherd.session import Shepherd
 from pcp_core.shepherd.step_guard import StepGuard, outliers
@@ -125,7 +126,7 @@ def guarded_round(
             return outcome
         guard.restore(mine, step)
         shepherd.rolled_back()
-        norms = {outcome.senders[w]: result.norm for w, result in outcome.results.items()}
+        norms = {outcome.senders[w]: step_norm(result) for w, result in outcome.results.items()}
         culprits = [name for name in outliers(norms) if name not in excluded]
         if not culprits:
             raise FloatingPointError(

@@ -176,7 +176,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
             outcome = guarded_round(
                 shepherd, round_, index, params, delta, assignment, weigh_by(diloco.merge)
             )
-            budget.learn(outcome.results)
+            budget.learn(outcome.reported)
 
             step = (index + 1) * diloco.round_steps
             tail = config.steps_per_call
