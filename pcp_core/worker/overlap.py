@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 import structlog
 
 from pcp_core.wire.liveness import LiveConnection
-from pcp_core.wire.messages import Assignment, Discard, Fetch, Stop, Tensor
+from pcp_core.wire.messages import Assignment, Discard, Fetch, Stop
 from pcp_core.wire.transport import TransportError
 from pcp_core.worker.reports import Reports
 from pcp_core.worker.session import InnerState, RoundWork, WorkerRound, WorkerSession
@@ -64,23 +64,23 @@ class Speculation:
 
     assignment: Assignment  # the predicted one
     work: Future[RoundWork] = field(default_factory=Future)
-    # the real Assignment's tensors, once here; None: the round is dropped
-    arrivals: queue.SimpleQueue[list[Tensor] | None] = field(default_factory=queue.SimpleQueue)
+    # the real Assignment, once here; None: the round is dropped
+    arrivals: queue.SimpleQueue[Assignment | None] = field(default_factory=queue.SimpleQueue)
     taken: bool = False
 
-    def arrived(self, wait: bool) -> list[Tensor] | None:
+    def arrived(self, wait: bool) -> Assignment | None:
         """For `WorkerSession.arrived`, called by the round between its calls and at
-        its end: the tensors once, then None; SpeculationDropped once dropped."""
+        its end: the Assignment once, then None; SpeculationDropped once dropped."""
         if self.taken:
             return None
         try:
-            tensors = self.arrivals.get(block=wait)
+            assignment = self.arrivals.get(block=wait)
         except queue.Empty:
             return None
-        if tensors is None:
+        if assignment is None:
             raise SpeculationDropped
         self.taken = True
-        return tensors
+        return assignment
 
 
 def not_speculating(wait: bool) -> None:
@@ -128,7 +128,7 @@ class OverlappedRounds:
         if speculation is not None:
             ahead = speculation.assignment
             if (ahead.round, 0) == (assignment.round, assignment.attempt):
-                speculation.arrivals.put(assignment.tensors)
+                speculation.arrivals.put(assignment)
                 work = speculation.work.result()
                 self.session.arrived = not_speculating
                 self._report(assignment, work)

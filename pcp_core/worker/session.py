@@ -29,10 +29,11 @@ class WorkerSession:
     corpus: Any  # its training data: the shipped tokens, or its assigned shards
     settings: WorkerSettings
     # In a round that started before its Assignment arrived (pcp_core.worker.overlap):
-    # `arrived(wait)` gives that Assignment's tensors once they are here (None before,
-    # or when not waiting; always None in a round that had them from the start), for the
-    # round to fold in between two calls; `wait` blocks until they come.
-    arrived: Callable[[bool], list[Tensor] | None] = field(default=lambda wait: None)
+    # `arrived(wait)` gives that Assignment once it is here (None before, or when not
+    # waiting; always None in a round that had it from the start), for the round to
+    # fold its tensors in between two calls and take its budget; `wait` blocks until
+    # it comes.
+    arrived: Callable[[bool], Assignment | None] = field(default=lambda wait: None)
     # The global parameters as this worker last took them in, by parameter: what its
     # pseudo-gradients are measured from (DiLoCo keeps it across rounds). None: none yet.
     anchor: list[np.ndarray] | None = None

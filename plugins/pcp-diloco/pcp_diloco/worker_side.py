@@ -49,17 +49,19 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
     steps_per_call = session.settings.steps_per_call
     started = time.perf_counter()
     losses: list[float] = []
+    budget_s = assignment.budget_s  # a speculative round's is the last round's
     for call in range(assignment.most_steps() // steps_per_call):
-        if call and spent(assignment.budget_s, time.perf_counter() - started, call):
+        if call and spent(budget_s, time.perf_counter() - started, call):
             break
         losses.extend(float(v) for v in executor.run(*session.batches(assignment, call)))
         arrived = session.arrived(False)
-        if arrived is not None:
-            take_in(session, told, arrived, fold=True)
+        if arrived is not None:  # the shepherd's own Assignment: its budget from here on
+            take_in(session, told, arrived.tensors, fold=True)
+            budget_s = arrived.budget_s
     compute_s = time.perf_counter() - started
     arrived = session.arrived(True)  # a round that ended before its Assignment: waiting
     if arrived is not None:  # for the network is no compute
-        take_in(session, told, arrived, fold=True)
+        take_in(session, told, arrived.tensors, fold=True)
     return RoundWork(losses, compute_s, synchronise(session, fragments, assignment.round))
 
 

@@ -95,9 +95,10 @@ def test_a_worker_returns_one_fragment_a_round_and_keeps_the_others_progress() -
 def test_an_overlapped_round_folds_the_parameters_in_as_they_arrive() -> None:
     worker = session(fragments=1)
     worker_round(worker, Assignment(0, 2, 0, 1, 0, tensors({0: 10, 1: 20, 2: 30})))
-    given = [tensors({0: 9, 1: 18, 2: 29})]  # the outer step's new global parameters
+    # the outer step's new global parameters
+    given = [Assignment(1, 2, 0, 1, 0, tensors({0: 9, 1: 18, 2: 29}))]
 
-    def arrived(wait: bool) -> list[Tensor] | None:
+    def arrived(wait: bool) -> Assignment | None:
         return given.pop() if given else None
 
     worker.arrived = arrived
@@ -183,3 +184,21 @@ def test_a_killed_worker_rejoins_a_run_of_fragments_and_gets_the_whole_model(
     # (4/3 of the model); the round after, a third to each (2/3)
     back = lost + workers[lost:].index(2)
     assert records[back]["bytes_sent"] > 1.2 * model > 1.5 * records[back + 1]["bytes_sent"]
+
+
+def test_a_speculative_round_takes_the_budget_of_the_assignment_that_arrives() -> None:
+    # auto's first round measures with a budget shorter than any call; the round after
+    # it starts speculatively with that budget, which must give way to the shepherd's
+    worker = session(fragments=1)
+    first = worker_round(
+        worker, Assignment(0, 2, 0, 1, 0, tensors({0: 1, 1: 2, 2: 3}), budget_s=1e-9)
+    )
+    assert len(first.losses) == 1  # one call
+    given = [Assignment(1, 2, 0, 1, 0, tensors({0: 1, 1: 2, 2: 3}), budget_s=1e3)]
+
+    def arrived(wait: bool) -> Assignment | None:
+        return given.pop() if given else None
+
+    worker.arrived = arrived
+    ahead = worker_round(worker, Assignment(1, 2, 0, 1, 0, budget_s=1e-9))  # predicted
+    assert len(ahead.losses) == 8  # the arrived budget's most: 4 x H, not one call
