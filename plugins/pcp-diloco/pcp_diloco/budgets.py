@@ -80,8 +80,9 @@ class RoundBudget:
 
 
 def aligned(target_s: float, call_s: list[float]) -> float:
-    """The budget near `target_s` (within a quarter) at which workers with calls of
-    `call_s` seconds end closest together. Each stops at the multiple of its call time
+    """The budget near `target_s` (within a quarter, or the slowest worker's whole calls
+    either side of it) at which workers with calls of `call_s` seconds end closest
+    together. Each stops at the multiple of its call time
     nearest the budget, so the round ends at the latest of those while the others
     idle: on three workers of 1, 2 and 4 times a call's time, a budget of the fastest
     one's H steps left the slowest up to half its (long) call early or late, the others
@@ -97,7 +98,13 @@ def aligned(target_s: float, call_s: list[float]) -> float:
     candidates = {
         max(round(target_s / call) + shift, 1) * call for call in call_s for shift in (-1, 0, 1)
     }
-    near = [b for b in candidates if 0.75 * target_s <= b <= 1.25 * target_s] or [target_s]
+    near = [b for b in candidates if 0.75 * target_s <= b <= 1.25 * target_s]
+    # and the slowest worker's whole calls on either side, however far: its calls may be
+    # too long for any multiple to fall near (a CPU's 1.6 s beside a GPU's 2.4 s round)
+    longest = max(call_s)
+    below = max(math.floor(target_s / longest), 1) * longest
+    near += [b for b in (below, below + longest) if b <= 2 * target_s]
+    near = near or [target_s]
     return min(near, key=lambda budget: (round(idle(budget), 3), abs(budget - target_s)))
 
 

@@ -47,18 +47,28 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
     if assignment.budget_s > 0:
         start_schedule_at(session, told, assignment.round * assignment.inner_steps)
     steps_per_call = session.settings.steps_per_call
-    started = time.perf_counter()
+    started, waited = time.perf_counter(), 0.0
     losses: list[float] = []
     budget_s = assignment.budget_s  # a speculative round's is the last round's
     for call in range(assignment.most_steps() // steps_per_call):
-        if call and spent(budget_s, time.perf_counter() - started, call):
-            break
+        if call and spent(budget_s, time.perf_counter() - started - waited, call):
+            # a speculative round does not end on a guessed budget: it waits for the
+            # shepherd's Assignment and goes on if that budget has room
+            waiting = time.perf_counter()
+            arrived = session.arrived(True)
+            waited += time.perf_counter() - waiting
+            if arrived is None:
+                break
+            take_in(session, told, arrived.tensors, fold=True)
+            budget_s = arrived.budget_s
+            if spent(budget_s, time.perf_counter() - started - waited, call):
+                break
         losses.extend(float(v) for v in executor.run(*session.batches(assignment, call)))
         arrived = session.arrived(False)
         if arrived is not None:  # the shepherd's own Assignment: its budget from here on
             take_in(session, told, arrived.tensors, fold=True)
             budget_s = arrived.budget_s
-    compute_s = time.perf_counter() - started
+    compute_s = time.perf_counter() - started - waited
     arrived = session.arrived(True)  # a round that ended before its Assignment: waiting
     if arrived is not None:  # for the network is no compute
         take_in(session, told, arrived.tensors, fold=True)

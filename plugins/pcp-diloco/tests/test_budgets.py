@@ -62,6 +62,9 @@ def test_the_budget_is_moved_to_where_every_workers_whole_calls_end_together() -
     assert aligned(2.0, [0.7, 0.1]) == pytest.approx(2.1)  # 3 slow calls, 21 fast ones
     assert aligned(1.0, [0.1]) == pytest.approx(1.0)
     assert aligned(1.0, [5.0]) == pytest.approx(1.0)  # no multiple near: as it was
+    # a CPU's call of 1.6 s beside a GPU's of 0.024 s and a round of 2.4 s: at 2.4 s the
+    # CPU would run two calls (3.2 s) while the GPU idled; its two calls are the round
+    assert aligned(2.4, [0.024, 1.6]) == pytest.approx(3.2)
     budget = RoundBudget("auto", round_steps=20, steps_per_call=2)
     budget.learn({0: result(2, 1.0)})
     budget.learn({0: result(10, 1.0), 1: result(10, 3.75)})  # calls of 0.2 and 0.75 s

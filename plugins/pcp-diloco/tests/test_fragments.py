@@ -186,18 +186,22 @@ def test_a_killed_worker_rejoins_a_run_of_fragments_and_gets_the_whole_model(
     assert records[back]["bytes_sent"] > 1.2 * model > 1.5 * records[back + 1]["bytes_sent"]
 
 
-def test_a_speculative_round_takes_the_budget_of_the_assignment_that_arrives() -> None:
+@pytest.mark.parametrize("asked_before", [0, 1])  # as the first call ends, or waited for
+def test_a_speculative_round_takes_the_budget_of_the_assignment_that_arrives(
+    asked_before: int,
+) -> None:
     # auto's first round measures with a budget shorter than any call; the round after
     # it starts speculatively with that budget, which must give way to the shepherd's
     worker = session(fragments=1)
-    first = worker_round(
-        worker, Assignment(0, 2, 0, 1, 0, tensors({0: 1, 1: 2, 2: 3}), budget_s=1e-9)
-    )
+    given = tensors({0: 1, 1: 2, 2: 3})
+    first = worker_round(worker, Assignment(0, 2, 0, 1, 0, given, budget_s=1e-9))
     assert len(first.losses) == 1  # one call
-    given = [Assignment(1, 2, 0, 1, 0, tensors({0: 1, 1: 2, 2: 3}), budget_s=1e3)]
+    coming = [Assignment(1, 2, 0, 1, 0, given, budget_s=1e3)]
+    asked: list[bool] = []
 
     def arrived(wait: bool) -> Assignment | None:
-        return given.pop() if given else None
+        asked.append(wait)
+        return coming.pop() if coming and len(asked) > asked_before else None
 
     worker.arrived = arrived
     ahead = worker_round(worker, Assignment(1, 2, 0, 1, 0, budget_s=1e-9))  # predicted
