@@ -11,7 +11,9 @@ slows down, throttled or sharing its machine, or speeds up moves it within a few
 Before any worker has reported, in the run's first round, every worker runs one call:
 a short round that measures them all (H steps there would hold the round for the
 slowest, which could miss the first round's deadline, three times the first report's
-time). A worker that joins later gets the same duration as the others from its first
+time). A first call warms up (a GPU's ran at 8x its later time a step), so the second
+round lasts the slowest worker's one call, and the third the time H steps took in the
+second. A worker that joins later gets the same duration as the others from its first
 round.
 
 With `--merge tokens` a pseudo-gradient counts in the round's mean by the steps behind
@@ -74,6 +76,8 @@ class RoundBudget:
         if self.measuring():
             return MEASURING_S
         calls = [seconds * self.steps_per_call for seconds in self.step_s.values()]
+        if self.rough:  # one call, warming up, is no measure of H steps: a GPU's first
+            return max(calls)  # took 0.1 s a step, its later ones 0.012 s
         # never shorter than the slowest worker's one call, which it runs whatever the
         # budget: a shorter round would end for the others while it still computes
         return aligned(max(self.round_steps * min(self.step_s.values()), *calls), calls)
