@@ -242,15 +242,22 @@ class IreeExecutor:
     def set_opt_state(self, opt_state: list[np.ndarray]) -> None:
         self._opt_state = self._upload(opt_state, self.opt_specs)
 
-    def zero_opt_tensors(self, names: set[str]) -> None:
-        """Zero the named optimizer-state tensors with buffers the device fills: nothing
-        crosses to or from the host."""
+    def fill_opt_tensors(self, values: dict[str, float]) -> None:
+        """Fill the named optimizer-state tensors with a value each: zeros with buffers
+        the device fills (nothing crosses to or from the host), other values uploaded
+        for those tensors alone (a step counter: a few bytes)."""
         if self._opt_state is None:
-            raise RuntimeError("set_opt_state must come before zero_opt_tensors")
-        chosen = [i for i, spec in enumerate(self.opt_specs) if spec.name in names]
-        zeros = zeros_like_on_device(self.device, [self._opt_state[i] for i in chosen])
-        for i, zero in zip(chosen, zeros, strict=True):
+            raise RuntimeError("set_opt_state must come before fill_opt_tensors")
+        chosen = [i for i, spec in enumerate(self.opt_specs) if spec.name in values]
+        zeroed = [i for i in chosen if values[self.opt_specs[i].name] == 0]
+        zeros = zeros_like_on_device(self.device, [self._opt_state[i] for i in zeroed])
+        for i, zero in zip(zeroed, zeros, strict=True):
             self._opt_state[i] = zero
+        for i in chosen:
+            if i not in zeroed:
+                spec = self.opt_specs[i]
+                full = np.full(spec.shape, values[spec.name], spec.dtype)
+                self._opt_state[i] = self._upload([full], [spec])[0]
 
     def run(self, inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """K inner steps over [K, batch, block] token stacks; returns the K losses."""

@@ -73,28 +73,32 @@ class BackendConformance:
         batches = [corpus.batches("train", STEPS_PER_CALL, BATCH, block, (0, i)) for i in range(3)]
         backend.runtime.assert_state_stays_on_device(executor, batches)
 
-    def test_zeroing_momentum_zeroes_it_alone(
+    def test_filling_optimizer_tensors_changes_them_alone(
         self, backend: Any, compiled: Any, device_or_skip: Any
     ) -> None:
-        """The executor's own zeroing (on the device, where it has one) leaves the state
-        and the next call's losses and parameters as zeroing through the host does."""
+        """The executor's own filling (on the device, where it has one: the momentum
+        zeroed, the step counter set to a round's position, as DiLoCo's budgeted rounds
+        do) leaves the state and the next call's losses and parameters as filling
+        through the host does."""
         from pcp_core import plugins
-        from pcp_core.backends import zero_opt_tensors, zero_opt_tensors_through_host
+        from pcp_core.backends import set_opt_tensors, set_opt_tensors_through_host
 
         corpus, config, program = reference()
         block = config["block_size"]
         batches = [corpus.batches("train", STEPS_PER_CALL, BATCH, block, (0, i)) for i in range(2)]
-        momentum = set(program.opt_field_names(plugins.host().optimizer("adamw").momentum_field))
-        assert momentum
+        adamw = plugins.host().optimizer("adamw")
+        values = dict.fromkeys(program.opt_field_names(adamw.momentum_field), 0.0)
+        values |= dict.fromkeys(program.opt_field_names(adamw.step_field), 7.0)
+        assert len(values) > 1
         outcomes = []
-        for zero in (zero_opt_tensors, zero_opt_tensors_through_host):
+        for fill in (set_opt_tensors, set_opt_tensors_through_host):
             executor = open_executor(backend, compiled.data, program, initial_params(config))
             executor.run(*batches[0])
             before = executor.opt_state()
-            zero(executor, momentum)
+            fill(executor, values)
             for spec, old, new in zip(program.opt_specs, before, executor.opt_state(), strict=True):
-                if spec.name in momentum:
-                    assert np.any(old) and not np.any(new), spec.name
+                if spec.name in values:
+                    assert np.any(old) and np.all(new == values[spec.name]), spec.name
                 else:
                     np.testing.assert_array_equal(new, old, err_msg=spec.name)
             outcomes.append((executor.run(*batches[1]), executor.params(), executor.opt_state()))

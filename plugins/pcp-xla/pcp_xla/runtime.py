@@ -233,14 +233,16 @@ class XlaExecutor:
     def set_opt_state(self, opt_state: list[np.ndarray]) -> None:
         self._opt_state = self._upload(opt_state, self.opt_specs)
 
-    def zero_opt_tensors(self, names: set[str]) -> None:
-        """Zero the named optimizer-state tensors with zeros made on the device."""
+    def fill_opt_tensors(self, values: dict[str, float]) -> None:
+        """Fill the named optimizer-state tensors with a value each, made on the device."""
         import jax.numpy as jnp
 
         if self._opt_state is None:
-            raise RuntimeError("set_opt_state must come before zero_opt_tensors")
+            raise RuntimeError("set_opt_state must come before fill_opt_tensors")
         self._opt_state = tuple(
-            jnp.zeros(state.shape, state.dtype, device=self.device) if spec.name in names else state
+            jnp.full(state.shape, values[spec.name], state.dtype, device=self.device)
+            if spec.name in values
+            else state
             for spec, state in zip(self.opt_specs, self._opt_state, strict=True)
         )
 
