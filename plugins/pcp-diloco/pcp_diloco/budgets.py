@@ -42,7 +42,10 @@ class RoundBudget:
     round_steps: int  # H (or H/P with streaming fragments)
     steps_per_call: int  # a worker stops between calls: its budget is met in whole calls
     step_s: dict[int, float] = field(default_factory=dict)  # by worker index
-    rough: bool = False  # step_s is from `auto`'s first round: replaced, not averaged
+    # step_s is from `auto`'s first round: replaced, not averaged; the round it sizes
+    # (the slowest worker's one call) is, like the first, no reference for the size of
+    # later outer steps (`pcp_core.shepherd.step_guard`)
+    rough: bool = False
 
     def learn(self, results: dict[int, Result]) -> None:
         """Take in a round's reports (refused ones too: a worker whose result was refused

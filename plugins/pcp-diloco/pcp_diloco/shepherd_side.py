@@ -171,7 +171,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 OuterUpdate(outer_step.steps[synced], diloco.outer_warmup_rounds),
                 guards[synced],
                 index // len(fragments),
-                index >= len(fragments) - 1 and not budget.measuring(),
+                index >= len(fragments) - 1 and not (budget.measuring() or budget.rough),
             )
             outcome = guarded_round(
                 shepherd, round_, index, params, delta, assignment, weigh_by(diloco.merge)
