@@ -12,9 +12,9 @@ Before any worker has reported, in the run's first round, every worker runs one 
 a short round that measures them all (H steps there would hold the round for the
 slowest, which could miss the first round's deadline, three times the first report's
 time). A first call warms up (a GPU's ran at 8x its later time a step), so the second
-round lasts the slowest worker's one call, and the third the time H steps took in the
-second. A worker that joins later gets the same duration as the others from its first
-round.
+round lasts the slowest worker's one call (at least ROUGH_MIN_S), and the third the
+time H steps took in the second. A worker that joins later gets the same duration as
+the others from its first round.
 
 With `--merge tokens` a pseudo-gradient counts in the round's mean by the steps behind
 it (tokens, since every step is one batch): a worker that did a quarter of the work
@@ -32,6 +32,9 @@ from pcp_diloco.settings import budget_seconds
 SMOOTHING = 0.5
 # The first `auto` round's budget: shorter than any call, so each worker runs one.
 MEASURING_S = 1e-3
+# The second's at least: long enough to average a fast worker's warm-up away (an H200's
+# GPU ran its second call at 8x its later time a step)
+ROUGH_MIN_S = 1.0
 
 
 @dataclass
@@ -80,7 +83,7 @@ class RoundBudget:
             return MEASURING_S
         calls = [seconds * self.steps_per_call for seconds in self.step_s.values()]
         if self.rough:  # one call, warming up, is no measure of H steps: a GPU's first
-            return max(calls)  # took 0.1 s a step, its later ones 0.012 s
+            return max(*calls, ROUGH_MIN_S)  # took 0.1 s a step, its later ones 0.012 s
         # never shorter than the slowest worker's one call, which it runs whatever the
         # budget: a shorter round would end for the others while it still computes
         return aligned(max(self.round_steps * min(self.step_s.values()), *calls), calls)
