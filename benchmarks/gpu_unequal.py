@@ -40,7 +40,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-RUNS = ("alone", "pair", "pair-xla")
+# each run's workers: name (its log, its cores) -> backend; the CPU one is on the CPU
+WORKERS = {
+    "alone": {"gpu": "xla"},
+    "pair": {"gpu": "xla", "cpu": "cpu"},
+    "pair-xla": {"gpu": "xla", "cpu": "xla"},
+}
 PORT = 47931
 
 
@@ -61,16 +66,16 @@ def cores() -> dict[str, set[int]]:
 
 
 def start(name: str, argv: list[str], run_dir: Path, pinned: set[int], env: dict[str, str]):
-    log = (run_dir / f"{name}.log").open("wb")
-    return subprocess.Popen(
-        argv,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
-        start_new_session=True,
-        preexec_fn=lambda: os.sched_setaffinity(0, pinned),
-    )
+    with (run_dir / f"{name}.log").open("wb") as log:  # the child keeps its own copy
+        return subprocess.Popen(
+            argv,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", **env},
+            start_new_session=True,
+            preexec_fn=lambda: os.sched_setaffinity(0, pinned),
+        )
 
 
 def stop(processes: dict[str, subprocess.Popen]) -> None:
@@ -94,7 +99,7 @@ def launch(
     token.write_text(secrets.token_hex(32))
     token.chmod(0o600)
     pinned = cores()
-    workers = {"alone": ["gpu"], "pair": ["gpu", "cpu"], "pair-xla": ["gpu", "cpu"]}[run]
+    workers = WORKERS[run]
     argv = [
         *(shepherd or [sys.executable, "-m", "pcp_core"]),
         *("shepherd", "--algorithm", "diloco", "--backend", "xla", "--host", "127.0.0.1"),
@@ -106,8 +111,7 @@ def launch(
     common = {"XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
     processes = {"shepherd": start("shepherd", argv, run_dir, pinned["shepherd"], common)}
     time.sleep(3)
-    for worker in workers:
-        backend = "cpu" if run == "pair" and worker == "cpu" else "xla"
+    for worker, backend in workers.items():
         env = dict(common)
         if worker == "cpu":
             env |= {"JAX_PLATFORMS": "cpu", "CUDA_VISIBLE_DEVICES": ""}
@@ -144,10 +148,7 @@ def measure(run: str, run_dir: Path) -> dict[str, Any]:
     for record in records:
         for worker, count in record.get("worker_steps", {}).items():
             steps[worker] = steps.get(worker, 0) + count
-    names = {"alone": ["gpu"], "pair": ["gpu", "cpu"], "pair-xla": ["gpu", "cpu (xla)"]}[run]
-    # the shepherd numbers workers in the order they join: the GPU worker starts first,
-    # but the order is read from its log to be sure
-    order = joined_order(run_dir, len(names))
+    order = joined_order(run_dir, list(WORKERS[run]))
     return {
         "run": run,
         "rounds": len(records),
@@ -157,7 +158,7 @@ def measure(run: str, run_dir: Path) -> dict[str, Any]:
         "tokens_per_s": round(summary["tokens"] / summary["training_s"], 1),
         "final_val_loss": round(summary["final_val_loss"], 5),
         "workers": {
-            names[order[index]]: {
+            order[index]: {
                 "steps": steps.get(index, 0),
                 "utilisation": summary["worker_utilisation"].get(index),
             }
@@ -167,16 +168,16 @@ def measure(run: str, run_dir: Path) -> dict[str, Any]:
     }
 
 
-def joined_order(run_dir: Path, workers: int) -> dict[str, int]:
-    """Worker index (as the shepherd numbers them, in the order they join) → position
-    in the run's list (0: the GPU worker), from the index each worker's log says."""
+def joined_order(run_dir: Path, names: list[str]) -> dict[str, str]:
+    """Worker index → worker name. The shepherd numbers workers in the order they join,
+    which is not the order they started in; each worker's log says its index."""
     order = {}
-    for position, name in enumerate(["gpu", "cpu"][:workers]):
+    for name in names:
         for line in (run_dir / f"{name}.log").read_text(errors="replace").splitlines():
             with contextlib.suppress(ValueError):
                 event = json.loads(line)
                 if isinstance(event, dict) and event.get("event") == "joined":
-                    order[str(event["index"])] = position
+                    order[str(event["index"])] = name
                     break
     return order
 
@@ -258,7 +259,7 @@ def main(argv: list[str]) -> None:
     )
     commands = parser.add_subparsers(dest="command", required=True)
     run = commands.add_parser("run", help="train the runs and compare them")
-    run.add_argument("--runs", nargs="+", choices=RUNS, default=["alone", "pair"])
+    run.add_argument("--runs", nargs="+", choices=sorted(WORKERS), default=["alone", "pair"])
     run.add_argument("--cache", type=Path, help="PCP's compile cache (from prewarm)")
     run.add_argument("--out", type=Path, default=Path("/tmp/gpu_unequal"))
     run.add_argument("--results", type=Path, default=Path("benchmarks/results/gpu"))

@@ -4,6 +4,7 @@ staged deltas, saved inner states and checkpoints that survive damage."""
 import itertools
 import json
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -23,8 +24,10 @@ from pcp_core.shepherd.aggregation import (
     delta_norm,
     step_norm,
 )
+from pcp_core.shepherd.rounds import RoundOutcome, _check_reports
 from pcp_core.watch.metrics import MetricsLog
-from pcp_core.wire.messages import Result, WorkerSettings
+from pcp_core.watch.run_status import RunStatus
+from pcp_core.wire.messages import Assignment, Result, WorkerSettings
 from pcp_core.wire.transport import TensorHeader
 from pcp_core.worker.state import InnerStateStore
 
@@ -61,17 +64,46 @@ def test_norm_bound_uses_the_median() -> None:
 
 def test_norms_compare_over_steps_so_unequal_work_is_not_refused() -> None:
     # rounds by time on an H200: a GPU worker ran 790 steps beside CPU workers' 10 early
-    # in a run, 350 beside their 2 later; neither kind is refused
-    for gpu, cpus in (((790, 60.0), (10, 1.9)), ((350, 27.0), (2, 2.2))):
-        results = [Result(1, 0, [2.0] * gpu[0], 8.0, norm=gpu[1])]
-        results += [Result(1, 0, [3.0] * cpus[0], 8.0, norm=cpus[1] * f) for f in (0.9, 1.1)]
-        bound = NormBound(ratio=10)
-        limit = bound.limit([step_norm(r) for r in results])
-        for result in results:
-            bound.check(step_norm(result), limit)
+    # in a run, 350 beside their 2 later; neither kind is refused, whichever is the
+    # majority (plain norms refuse a GPU among CPUs, norms per step a CPU among GPUs)
+    for gpu, cpu in (((790, 60.0), (10, 1.9)), ((350, 27.0), (2, 2.2))):
+        for many, few in ((gpu, cpu), (cpu, gpu)):
+            results = [Result(1, 0, [2.0] * few[0], 8.0, norm=few[1])]
+            results += [Result(1, 0, [3.0] * many[0], 8.0, norm=many[1] * f) for f in (0.9, 1.1)]
+            bound = NormBound(ratio=10)
+            limit = bound.limit([step_norm(r) for r in results])
+            for result in results:
+                bound.check(step_norm(result), limit)
     # the GPU's norm from the CPU's steps is refused
     with pytest.raises(BadResult, match="over steps"):
         bound.check(step_norm(Result(1, 0, [2.0] * 2, 8.0, norm=60.0)), limit)
+
+
+def test_a_result_refused_for_its_norm_still_reports_its_speed() -> None:
+    # rounds by time learn each worker's speed from its report, refused or not: a
+    # refused GPU worker forgotten made the next round the CPU's H steps (162 s)
+    plan = SimpleNamespace(
+        round=1,
+        attempt=0,
+        excluded={},
+        assignments={i: Assignment(1, 10, 0, 1, 0) for i in range(3)},
+        status=RunStatus(log_progress=False),
+    )
+    links = [
+        SimpleNamespace(
+            index=i,
+            label=f"w{i}",
+            hello=SimpleNamespace(worker_name=f"w{i}"),
+            conn=SimpleNamespace(send=lambda message: None),
+        )
+        for i in range(3)
+    ]
+    norms = (1.0, 1.1, 1000.0)
+    reports = [(links[i], Result(1, 0, [1.0] * 10, 2.0, norms[i])) for i in range(3)]
+    outcome = RoundOutcome(1, 0)
+    accepted = _check_reports(plan, reports, NormBound(ratio=10), outcome)  # type: ignore[arg-type]
+    assert [link.index for link, _ in accepted] == [0, 1] and 2 in outcome.rejected
+    assert sorted(outcome.reported) == [0, 1, 2]
 
 
 def test_delta_checks() -> None:

@@ -90,10 +90,10 @@ def step_norm(result: Result) -> float:
 class NormBound:
     """Refuses a norm far above the others': over NORM_RATIO times the median of the
     norms accepted in the last NORM_REFERENCE_ROUNDS rounds and this round's announced
-    ones (each per inner step: `step_norm`). The median ignores a minority of outliers,
-    so a few bad workers cannot move the bound; with fewer than MIN_REFERENCE_NORMS
-    reference norms (a first round with one or two workers) nothing is refused, since
-    there is no telling who is the outlier."""
+    ones (each over its steps^STEP_NORM_POWER: `step_norm`). The median ignores a
+    minority of outliers, so a few bad workers cannot move the bound; with fewer than
+    MIN_REFERENCE_NORMS reference norms (a first round with one or two workers) nothing
+    is refused, since there is no telling who is the outlier."""
 
     def __init__(self, ratio: float = NORM_RATIO) -> None:
         self.ratio = ratio

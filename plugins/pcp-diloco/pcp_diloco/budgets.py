@@ -6,8 +6,8 @@ about the same time and none idles while the slowest finishes; each runs as many
 steps as fit (`pcp_diloco.worker_side`) and reports them, one loss a step. Under `auto`
 the duration is the time the fastest worker takes for H steps (or the slowest worker's
 one call, if that is longer), from the seconds per step each worker measured in its
-last rounds (an exponential average: a worker that
-slows down, throttled or sharing its machine, or speeds up moves it within a few rounds).
+last rounds (an exponential average: a worker that slows down, throttled or sharing its
+machine, or speeds up moves it within a few rounds).
 Before any worker has reported, in the run's first round, every worker runs one call:
 a short round that measures them all (H steps there would hold the round for the
 slowest, which could miss the first round's deadline, three times the first report's

@@ -50,28 +50,31 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
     started, waited = time.perf_counter(), 0.0
     losses: list[float] = []
     budget_s = assignment.budget_s  # a speculative round's is the last round's
+
+    def fold_in(wait: bool) -> bool:
+        """Take in the shepherd's own Assignment if it has arrived (`wait`: once it
+        has): its tensors, and its budget from here on."""
+        nonlocal budget_s
+        arrived = session.arrived(wait)
+        if arrived is not None:
+            take_in(session, told, arrived.tensors, fold=True)
+            budget_s = arrived.budget_s
+        return arrived is not None
+
     for call in range(assignment.most_steps() // steps_per_call):
         if call and spent(budget_s, time.perf_counter() - started - waited, call):
             # a speculative round does not end on a guessed budget: it waits for the
             # shepherd's Assignment and goes on if that budget has room
             waiting = time.perf_counter()
-            arrived = session.arrived(True)
+            came = fold_in(True)
             waited += time.perf_counter() - waiting
-            if arrived is None:
-                break
-            take_in(session, told, arrived.tensors, fold=True)
-            budget_s = arrived.budget_s
-            if spent(budget_s, time.perf_counter() - started - waited, call):
+            if not came or spent(budget_s, time.perf_counter() - started - waited, call):
                 break
         losses.extend(float(v) for v in executor.run(*session.batches(assignment, call)))
-        arrived = session.arrived(False)
-        if arrived is not None:  # the shepherd's own Assignment: its budget from here on
-            take_in(session, told, arrived.tensors, fold=True)
-            budget_s = arrived.budget_s
+        fold_in(False)
     compute_s = time.perf_counter() - started - waited
-    arrived = session.arrived(True)  # a round that ended before its Assignment: waiting
-    if arrived is not None:  # for the network is no compute
-        take_in(session, told, arrived.tensors, fold=True)
+    fold_in(True)  # a round that ended before its Assignment: waiting for the network
+    # is no compute
     return RoundWork(losses, compute_s, synchronise(session, fragments, assignment.round))
 
 

@@ -76,10 +76,10 @@ def test_the_budget_is_moved_to_where_every_workers_whole_calls_end_together() -
 
 def test_a_round_is_never_shorter_than_the_slowest_workers_one_call() -> None:
     # a CPU worker beside a GPU one: its one call of 10 steps (4 s) is longer than the
-    # GPU's H steps (100 x 0.02 s); a 2 s round would end for the GPU while it computed
+    # GPU's H steps (100 x 0.01 s); a 1 s round would end for the GPU while it computed
     budget = RoundBudget("auto", round_steps=100, steps_per_call=10)
-    budget.learn({0: result(10, 0.2), 1: result(10, 4.0)})
-    budget.learn({0: result(100, 2.0), 1: result(10, 4.0)})
+    budget.learn({0: result(10, 0.1), 1: result(10, 4.0)})
+    budget.learn({0: result(100, 1.0), 1: result(10, 4.0)})
     assert budget.seconds() == pytest.approx(4.0)
 
 
