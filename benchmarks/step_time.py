@@ -37,7 +37,7 @@ import numpy as np
 from pcp_diloco.settings import DilocoSettings
 
 from pcp_core import plugins
-from pcp_core.backends import Backend, zero_opt_tensors, zero_opt_tensors_through_host
+from pcp_core.backends import Backend, set_opt_tensors_through_host, zero_opt_tensors
 from pcp_core.config import PRECISIONS
 from pcp_core.data import text as data
 from pcp_core.iree.compiler import compile_program
@@ -209,7 +209,9 @@ def time_round_start(executor: Any, program: Any, params: list[np.ndarray]) -> d
         "set_params_ms": lambda: executor.set_params(params),
         "read_params_ms": executor.params,
         "momentum_reset_ms": lambda: zero_opt_tensors(executor, momentum),
-        "momentum_reset_through_host_ms": lambda: zero_opt_tensors_through_host(executor, momentum),
+        "momentum_reset_through_host_ms": lambda: set_opt_tensors_through_host(
+            executor, dict.fromkeys(momentum, 0.0)
+        ),
     }
     if isinstance(executor, IreeExecutor):  # side by side: the way params() read before
         n_params = len(executor.param_specs)

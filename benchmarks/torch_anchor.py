@@ -386,7 +386,7 @@ def run_xla(
         started = time.perf_counter()
         losses += [float(v) for v in executor.run(inputs, targets)]  # waits for the device
         times.append((time.perf_counter() - started) / k)
-    peak = xla_peak_memory(executor.device)
+    peak = xla_peak_memory(executor.devices[0])
     step_memory = xla_step_memory(executor._step)
     if hlo is not None:
         hlo.parent.mkdir(parents=True, exist_ok=True)

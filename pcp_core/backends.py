@@ -28,6 +28,59 @@ log = structlog.get_logger(__name__)
 DetectArch = Callable[[int], str | None] | Callable[[], str | None]
 
 
+# The devices a worker drives: one device index, several (a runtime whose
+# `multi_device` is True trains on them data-parallel), or None for the first.
+DeviceChoice = int | tuple[int, ...] | None
+MAX_DEVICES = 1024  # more devices than one machine has; a bound for what a worker claims
+
+
+def device_indices(device: DeviceChoice) -> tuple[int, ...]:
+    """The device indices of a choice: None is the first device."""
+    if device is None:
+        return (0,)
+    return (device,) if isinstance(device, int) else tuple(device)
+
+
+def device_label(device: DeviceChoice) -> str:
+    """The choice as a worker names it in its Hello and its state directory: "0", "0,1"."""
+    return ",".join(map(str, device_indices(device)))
+
+
+def devices_in_label(label: str) -> int:
+    """How many devices a worker's Hello names ("" is one: a worker older than
+    multi-device workers); ValueError for anything but distinct indices."""
+    parts = label.split(",") if label else ["0"]
+    if not all(p.isdigit() and int(p) < MAX_DEVICES for p in parts) or len(set(parts)) < len(parts):
+        raise ValueError(f"its device list {label[:80]!r} is not distinct device indices")
+    return len(parts)
+
+
+def parse_devices(text: str, available: int) -> tuple[int, ...]:
+    """`--devices` as indices: "all" (the `available` devices) or a comma-separated
+    list such as "0,1"; ValueError, one line, for anything else."""
+    if text.strip() == "all":
+        if available < 1:
+            raise ValueError("--devices all: no device found")
+        return tuple(range(available))
+    parts = [p.strip() for p in text.split(",")]
+    if not parts or not all(p.isdigit() for p in parts):
+        raise ValueError(f"--devices must be 'all' or device indices such as 0,1; got {text!r}")
+    indices = tuple(int(p) for p in parts)
+    if len(set(indices)) < len(indices):
+        raise ValueError(f"--devices {text}: a device is named twice")
+    if missing := [i for i in indices if i >= available]:
+        raise ValueError(
+            f"--devices {text}: no device {missing[0]} (this machine has {available}: "
+            f"0 to {available - 1})"
+        )
+    return indices
+
+
+def multi_device(backend: "Backend") -> bool:
+    """Whether one worker of `backend` may drive several devices (its runtime says so)."""
+    return bool(getattr(backend.runtime, "multi_device", False))
+
+
 class CompileError(RuntimeError):
     """A runtime could not build the program for a target."""
 
@@ -120,7 +173,8 @@ class Runtime(Protocol):
 
     def build(self, program: Any, backend: "Backend", arch: str) -> Artifact:
         """The artifact for `arch` from a `pcp_core.program.build.TrainProgram` (on the
-        shepherd)."""
+        shepherd). A runtime with `multi_device = True` also takes `devices`, the number
+        of devices the worker trains on, and builds the program for that many."""
         ...
 
     def worker_report(self, backend: "Backend") -> dict[str, Any]:
@@ -142,8 +196,9 @@ class Runtime(Protocol):
     def open(
         self, artifact: bytes, backend: "Backend", program: Any, device: int | None
     ) -> Executor:
-        """An executor for `artifact` on device index `device` (default the first).
-        `program` holds `param_specs` and `opt_specs`."""
+        """An executor for `artifact` on device index `device` (default the first), or on
+        a tuple of indices where the runtime is `multi_device`. `program` holds
+        `param_specs` and `opt_specs`."""
         ...
 
     def assert_state_stays_on_device(self, executor: Executor, batches: list[Any]) -> None:

@@ -219,6 +219,13 @@ class ShepherdSettings:
         "One-command form: backend of each local worker, e.g. cpu,vulkan (sets --workers).",
         check=_backend_names,
     )
+    devices_per_worker: int = setting(
+        1,
+        "One-command form: devices each local worker trains on data-parallel, as one "
+        "worker (backends that can: xla); the workers of a backend take its devices in turn.",
+        low=1,
+        high=1024,
+    )
     transport: str = setting("capnp-tcp", "Transport between shepherd and workers.")
     host: str = setting("127.0.0.1", "Address the shepherd listens on.")
     port: int | None = setting(

@@ -122,6 +122,24 @@ def test_worker_token_file_open_to_others(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("args", "says"),
     [
+        (["--devices", "all"], "--devices: a cpu worker drives one device; start one worker"),
+        (["--device", "0", "--devices", "all"], "--device and --devices name the same thing"),
+    ],
+)
+def test_a_worker_on_several_devices_is_the_xla_backend_alone(args: list[str], says: str) -> None:
+    result = run_pcp("worker", "--connect", "127.0.0.1:9", "--restarts", "0", *args)
+    assert result.returncode == 2, result.stderr
+    assert result.stderr.startswith(f"error: {says}"), result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1, result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (
+            ["--algorithm", "diloco", "--devices-per-worker", "2"],
+            "--devices-per-worker 2: a cpu worker drives one device",
+        ),
         (["--n-embd", "1000000000"], "n_embd must be at most 1,048,576, got 1e+09"),
         (["--batch-size", "1000000000"], "batch_size must be at most"),
         (["--eval-batches", "1000000000000"], "eval_batches must be at most"),

@@ -21,6 +21,13 @@ def worker(
     device: Optional[int] = typer.Option(  # noqa: UP045
         None, "--device", help="Device index (default: first)."
     ),
+    devices: Optional[str] = typer.Option(  # noqa: UP045
+        None,
+        "--devices",
+        help="Train on several devices of this machine as one worker, data-parallel: "
+        "'all' or indices such as 0,1 (the xla backend; IREE backends run one worker per "
+        "device). The shepherd sees one worker and gets one result a round.",
+    ),
     token_file: Optional[Path] = typer.Option(  # noqa: UP045
         None, "--token-file", help="File holding the shared secret (else $PCP_TOKEN)."
     ),
@@ -81,6 +88,8 @@ def worker(
         fail(f"--give-up-after must be a number of seconds, got {give_up_after}")
     if restarts < 0:
         fail(f"--restarts must not be negative, got {restarts}")
+    if devices is not None and device is not None:
+        fail("--device and --devices name the same thing: give one")
     # imported here, not at the top: keeps `pcp --help` fast
     from pcp_core.wire.auth import AuthError, load_secret
 
@@ -112,18 +121,18 @@ def worker(
         from pcp_core.worker.supervisor import die_with_parent, mark_joined
 
         die_with_parent()
-
+        chosen = device if devices is None else chosen_devices(backend, devices)
         try:
             options = worker_runtime.WorkerOptions(
                 host=host.strip("[]"),
                 port=int(port),
                 backend=backend,
                 target=target,
-                device=device,
+                device=chosen,
                 secret=load_secret(token_file),
                 transport=transport,
                 transport_options=TransportOptions(timeout_s=timeout, tls_ca=tls_ca),
-                state_dir=state_dir or default_state_dir(host, port, backend, device),
+                state_dir=state_dir or default_state_dir(host, port, backend, chosen),
                 data=data,
                 shard_cache=shard_cache,
                 on_joined=mark_joined,
@@ -136,6 +145,24 @@ def worker(
             fail(f"lost the shepherd: {error}", code=exit_codes.UNREACHABLE)
 
     run_or_explain(body)
+
+
+def chosen_devices(backend_name: str, devices: str) -> tuple[int, ...]:
+    """`--devices` as device indices of `backend_name`; exits with a one-line error for
+    a backend that drives one device per worker, or devices this machine lacks."""
+    from pcp_core.backends import multi_device, parse_devices
+
+    backend = plugins.host().backend(backend_name)
+    if not multi_device(backend):
+        fail(
+            f"--devices: a {backend_name} worker drives one device; start one worker per "
+            "device (--device N), or use --backend xla to train on several in one worker"
+        )
+    found = backend.runtime.describe_devices(backend)
+    try:
+        return parse_devices(devices, len(found.devices))
+    except ValueError as error:
+        fail(f"{error}{f' ({found.note})' if found.note else ''}")
 
 
 def register(app: typer.Typer) -> None:

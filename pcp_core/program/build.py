@@ -18,12 +18,19 @@ from pcp_core.models import Model
 from pcp_core.optimizers import GradientTransformation
 
 ENTRY_FUNCTION = "main"
+# The mesh axis a program exported for several devices splits its batch over.
+DATA_AXIS = "data"
 
 # The platform a program is being exported for while its step is traced (see
 # `export_platform`); None while the portable program (the StableHLO IREE compiles and
 # `jax_step`) is traced.
 _EXPORT_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "pcp_export_platform", default=None
+)
+# The number of devices a program is being exported for while its step is traced (see
+# `export_devices`).
+_EXPORT_DEVICES: contextvars.ContextVar[int] = contextvars.ContextVar(
+    "pcp_export_devices", default=1
 )
 
 # Custom calls that a program exported for a platform may hold although jax does not
@@ -45,14 +52,27 @@ def export_platform() -> str | None:
     return _EXPORT_PLATFORM.get()
 
 
+def export_devices() -> int:
+    """How many devices the step being traced is exported for (1 but for a worker that
+    trains on several, `pcp worker --devices`).
+
+    Such a program is exported for a mesh of devices the shepherd does not have, and jax
+    cannot lower a call that needs devices present to be lowered (cuDNN's attention is
+    one), so a model keeps the portable form of such a call there.
+    """
+    return _EXPORT_DEVICES.get()
+
+
 @contextlib.contextmanager
-def exporting_for(platform: str | None) -> Iterator[None]:
-    """Trace inside this block as `TrainProgram.export(platform)` does (see `export_platform`)."""
-    token = _EXPORT_PLATFORM.set(platform)
+def exporting_for(platform: str | None, devices: int = 1) -> Iterator[None]:
+    """Trace inside this block as `TrainProgram.export(platform, devices)` does (see
+    `export_platform` and `export_devices`)."""
+    platform_token, devices_token = _EXPORT_PLATFORM.set(platform), _EXPORT_DEVICES.set(devices)
     try:
         yield
     finally:
-        _EXPORT_PLATFORM.reset(token)
+        _EXPORT_PLATFORM.reset(platform_token)
+        _EXPORT_DEVICES.reset(devices_token)
 
 
 @dataclass(frozen=True)
@@ -92,9 +112,10 @@ class TrainProgram:
     batch_size: int
     block_size: int
     jax_step: Callable[..., Any]  # the same step jitted by XLA, for parity and benchmarks
-    # The step as a jax.export.Exported for one platform ("cpu", "cuda", ...), float32
-    # products at full precision as IREE computes them (pcp-xla ships it serialized).
-    export: Callable[[str], Any]
+    # The step as a jax.export.Exported for one platform ("cpu", "cuda", ...) and a
+    # number of devices it runs on data-parallel (see `_exported`), float32 products at
+    # full precision as IREE computes them (pcp-xla ships it serialized).
+    export: Callable[[str, int], Any]
     init_opt_state: Callable[[list[np.ndarray]], list[np.ndarray]]
     # The same K steps straight-line, exported on first use (see `stablehlo_for`).
     unrolled: Callable[[], str] | None = None
@@ -288,22 +309,42 @@ def _exported(
         exported_unrolled = jax.export.export(jax.jit(unrolled_step))(*arguments)
         return without_locations(exported_unrolled.mlir_module())
 
-    def export_for(platform: str) -> Any:
+    def export_for(platform: str, devices: int = 1) -> Any:
+        """The step for `platform`, on one device or on a mesh of `devices`: the batch
+        axis split over them, the parameters and optimizer state replicated on each, so
+        XLA sums the gradients across devices (an all-reduce, NCCL on NVIDIA GPUs) and
+        every device applies the same update (see `export_devices`)."""
+        if devices < 1 or batch_shape[1] % devices:
+            raise ValueError(
+                f"a batch of {batch_shape[1]} sequences does not split evenly over "
+                f"{devices} devices: make the batch size a multiple of {devices}"
+            )
+
         def step_for_platform(*args: Any) -> Any:
             # a function of its own, so jax traces it anew rather than reuse the
             # portable trace of `jitted`: the model may choose per platform here
             return step(*args)
 
+        jitted_for_platform = jax.jit(step_for_platform)
+        if devices > 1:
+            mesh = jax.sharding.AbstractMesh((devices,), (DATA_AXIS,))
+            whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
+            split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, DATA_AXIS))
+            jitted_for_platform = jax.jit(
+                step_for_platform,
+                in_shardings=(whole, whole, split, split),
+                out_shardings=whole,
+            )
         allowed = [
             jax.export.DisabledSafetyCheck.custom_call(target)
             for target in PLATFORM_CUSTOM_CALLS.get(platform, ())
         ]
         with (
-            exporting_for(platform),
+            exporting_for(platform, devices),
             jax.default_matmul_precision("highest" if precision == "f32" else None),
         ):
             return jax.export.export(
-                jax.jit(step_for_platform), platforms=(platform,), disabled_checks=allowed
+                jitted_for_platform, platforms=(platform,), disabled_checks=allowed
             )(*arguments)
 
     steps_per_call, batch_size, block_size = batch_shape

@@ -15,7 +15,7 @@ from pcp_core.config import PRECISIONS
 from pcp_core.models import Model, Params
 from pcp_core.program import layers, losses
 from pcp_core.program import precision as precisions
-from pcp_core.program.build import export_platform
+from pcp_core.program.build import export_devices, export_platform
 
 log = structlog.get_logger(__name__)
 
@@ -147,7 +147,11 @@ def _attention(config: Mapping[str, int], params: Params, prefix: str, x, precis
 
     batch, time, width = x.shape
     heads = config["n_head"]
-    fused_here = precision == "bf16" and export_platform() in FUSED_ATTENTION_PLATFORMS
+    fused_here = (
+        precision == "bf16"
+        and export_platform() in FUSED_ATTENTION_PLATFORMS
+        and export_devices() == 1  # cuDNN's attention is lowered with its devices present
+    )
     in_bf16 = fused_here and export_platform() in BF16_ATTENTION_PLATFORMS
     qkv = _dense(params, prefix + "c_attn", x, precision, jnp.bfloat16 if in_bf16 else None)
     branch = _bf16_where(precision, BF16_RESIDUAL_BRANCH_PLATFORMS)

@@ -27,7 +27,7 @@ from pcp_core.run.directory import (
     start_run_dir,
     write_json,
 )
-from pcp_core.shepherd.distributed import open_endpoint
+from pcp_core.shepherd.distributed import local_devices, open_endpoint
 from pcp_core.watch.dashboard import Dashboard
 from pcp_core.watch.metrics import open_metrics
 from pcp_core.watch.plots import write_loss_png
@@ -77,6 +77,8 @@ def train(
         for name in sorted(set(trainers)):
             backend = host.backend(name)
             backend.runtime.require_device(backend, config.device)
+        if distributed:
+            local_devices(config, host)  # enough devices for --devices-per-worker
     if dashboard is None:
         dashboard = sys.stderr.isatty()
     status = RunStatus(log_progress=not dashboard)

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.backends import Artifact, Backend, CompileError
+from pcp_core.backends import Artifact, Backend, CompileError, devices_in_label, multi_device
 from pcp_core.data.shard_transfer import (
     assign_shards,
     serve_shard,
@@ -73,7 +73,8 @@ class WorkerLink:
     @property
     def label(self) -> str:
         hello = self.hello
-        return f"worker {self.index} ({hello.worker_name}, {hello.backend}/{hello.arch})"
+        several = f" on devices {hello.device}" if "," in hello.device else ""
+        return f"worker {self.index} ({hello.worker_name}, {hello.backend}/{hello.arch}{several})"
 
 
 @dataclass
@@ -192,6 +193,7 @@ class Admission:
             backend: Backend = self.plugins.backend(hello.backend)
             backend.check_precision(self.setup.config.precision)
             self._check_served(hello.backend, hello.arch)
+            devices = self._check_devices(backend, hello.device)
             report = json.loads(hello.runtime)
             if not isinstance(report, dict):
                 raise ValueError(f"its runtime report is not an object: {hello.runtime[:80]!r}")
@@ -221,7 +223,7 @@ class Admission:
             conn.send(welcome)  # the last message in the clear: from here on all are sealed
             live.start_heartbeats(self.heartbeat_s)  # compiling may take minutes
             self.status.worker_state(index, "compiling")
-            artifact = self.program_for(backend, hello.arch)
+            artifact = self.program_for(backend, hello.arch, devices)
             link = WorkerLink(index, live, hello)
             assigned = self._send_setup(link, artifact)
             loaded = live.receive()  # loading may take a while (XLA compiles): heartbeats
@@ -281,21 +283,38 @@ class Admission:
                 f"this shepherd serves only {', '.join(self.serves)}, not {backend}:{arch}"
             )
 
-    def program_for(self, backend: Backend, arch: str) -> Artifact:
-        """One compile per distinct (backend, architecture), shared by its workers.
+    @staticmethod
+    def _check_devices(backend: Backend, label: str) -> int:
+        """How many devices the worker trains on (its Hello's device list); ValueError
+        if that is several and its backend drives one device per worker."""
+        devices = devices_in_label(label)
+        if devices > 1 and not multi_device(backend):
+            raise ValueError(
+                f"a {backend.name} worker drives one device; start one worker per device "
+                "(--device N) or use the xla backend for several devices in one worker"
+            )
+        return devices
+
+    def program_for(self, backend: Backend, arch: str, devices: int = 1) -> Artifact:
+        """One compile per distinct (backend, architecture, device count), shared by its
+        workers.
 
         The first worker of a kind compiles; later ones of that kind wait for its result.
         No lock is held while compiling, so joins of other kinds go on meanwhile.
         """
-        key = (backend.name, arch)
+        key = (backend.name, arch, devices)
         with self._compile_lock:
             program = self._programs.get(key)
             compiling = program is None
             if compiling:
                 program = self._programs[key] = Future()
         if compiling:
+            runtime, program_in = backend.runtime, self.setup.program
             try:
-                program.set_result(backend.runtime.build(self.setup.program, backend, arch))
+                if devices > 1:  # only a multi_device runtime takes it (_check_devices)
+                    program.set_result(runtime.build(program_in, backend, arch, devices))
+                else:
+                    program.set_result(runtime.build(program_in, backend, arch))
             except BaseException as error:
                 program.set_exception(error)
         return program.result()

@@ -15,6 +15,7 @@ from typing import Any
 import structlog
 
 from pcp_core.algorithms import RunContext
+from pcp_core.backends import DeviceChoice, device_label, multi_device
 from pcp_core.config import ConfigError, RunConfig
 from pcp_core.iree.malloc import retaining_env
 from pcp_core.program.training import TrainingSetup
@@ -109,11 +110,20 @@ def generated_secret(run_dir: Path, announce: bool) -> bytes:
     return secret
 
 
-def local_devices(config: RunConfig, plugins: Any) -> list[int | None]:
-    """The device index of each local worker: --device for all of them when given, else
+def local_devices(config: RunConfig, plugins: Any) -> list[DeviceChoice]:
+    """The device(s) of each local worker: --device for all of them when given, else
     the workers of one backend take its devices in turn, so two cuda workers on a
-    machine with two GPUs get one each."""
+    machine with two GPUs get one each, and with --devices-per-worker 2 on four GPUs,
+    two each. ConfigError where that many devices are not there to take."""
     backends = config.local_worker_backends()
+    per_worker = config.shepherd.devices_per_worker
+    if per_worker > 1:
+        if config.batch_size % per_worker:
+            raise ConfigError(
+                f"--batch-size {config.batch_size} does not split over "
+                f"--devices-per-worker {per_worker}: make it a multiple of {per_worker}"
+            )
+        return _device_groups(backends, per_worker, plugins, config.device)
     if config.device is not None:
         return [config.device] * len(backends)
     counts: dict[str, int] = {}
@@ -121,11 +131,39 @@ def local_devices(config: RunConfig, plugins: Any) -> list[int | None]:
         backend = plugins.backend(name)
         counts[name] = max(1, len(backend.runtime.describe_devices(backend).devices))
     taken: collections.Counter[str] = collections.Counter()
-    devices: list[int | None] = []
+    devices: list[DeviceChoice] = []
     for name in backends:
         devices.append(taken[name] % counts[name] if name in counts else None)
         taken[name] += 1
     return devices
+
+
+def _device_groups(
+    backends: list[str], per_worker: int, plugins: Any, device: int | None
+) -> list[DeviceChoice]:
+    """`per_worker` consecutive devices for each worker of each backend."""
+    if device is not None:
+        raise ConfigError("--device names one device: leave it out with --devices-per-worker")
+    groups: list[DeviceChoice] = []
+    taken: collections.Counter[str] = collections.Counter()
+    for name in backends:
+        backend = plugins.backend(name)
+        if not multi_device(backend):
+            raise ConfigError(
+                f"--devices-per-worker {per_worker}: a {name} worker drives one device; "
+                "use the xla backend, or one worker per device"
+            )
+        found = backend.runtime.describe_devices(backend).devices
+        first = taken[name] * per_worker
+        if first + per_worker > len(found):
+            raise ConfigError(
+                f"{backends.count(name)} {name} worker(s) with --devices-per-worker "
+                f"{per_worker} need {backends.count(name) * per_worker} devices; "
+                f"this machine has {len(found)} (`pcp devices`)"
+            )
+        groups.append(tuple(range(first, first + per_worker)))
+        taken[name] += 1
+    return groups
 
 
 def worker_command(
@@ -133,18 +171,20 @@ def worker_command(
     address: tuple[str, int],
     backend: str,
     state_dir: Path,
-    device: int | None = None,
+    device: DeviceChoice = None,
 ) -> list[str]:
     """The command line of one local worker (supervised by this process, so no restarts).
 
     `device` (see `local_devices`) goes to the worker whatever its backend, as the run
-    checked --device for each before starting them; --target only to those of the run's
-    backend."""
+    checked --device for each before starting them (several as --devices); --target only
+    to those of the run's backend."""
     connect = f"{address[0]}:{address[1]}"
     command = [sys.executable, "-m", "pcp_core", "worker", "--connect", connect]
     command += ["--backend", backend, "--transport", config.shepherd.transport, "--restarts", "0"]
     command += ["--timeout", str(config.shepherd.worker_timeout), "--state-dir", str(state_dir)]
-    if device is not None:
+    if isinstance(device, tuple):
+        command += ["--devices", device_label(device)]
+    elif device is not None:
         command += ["--device", str(device)]
     if config.target and backend == config.backend:
         command += ["--target", config.target]

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.backends import Backend, Executor
+from pcp_core.backends import Backend, DeviceChoice, Executor, device_indices, device_label
 from pcp_core.data.errors import DataError
 from pcp_core.data.shard_transfer import ShardSource, default_shard_cache, shard_dataset
 from pcp_core.data.text import CharCorpus
@@ -66,7 +66,7 @@ class WorkerOptions:
     port: int
     backend: str
     target: str | None
-    device: int | None
+    device: DeviceChoice  # several only for a multi_device backend (`pcp worker --devices`)
     secret: bytes | None
     transport: str
     transport_options: TransportOptions  # timeout_s: how long the shepherd may be silent
@@ -158,7 +158,7 @@ def load_setup(
 def run_worker(options: WorkerOptions, plugins: Any) -> None:
     """Join, then serve rounds until the shepherd says stop."""
     backend = plugins.backend(options.backend)
-    arch = backend.resolve_arch(options.target, options.device)
+    arch = backend.resolve_arch(options.target, device_indices(options.device)[0])
     backend.runtime.require_device(backend, options.device)  # fail early
     store = InnerStateStore(options.state_dir)
     transport = plugins.transport(options.transport)
@@ -168,7 +168,7 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         backend.name,
         arch,
         json.dumps(backend.runtime.worker_report(backend)),
-        str(options.device or 0),
+        device_label(options.device),
         store.previous_index(),
     )
     raw = transport.connect(options.host, options.port, options.transport_options)

@@ -26,6 +26,8 @@ from typing import IO
 import numpy as np
 import structlog
 
+from pcp_core.backends import DeviceChoice, device_label
+
 log = structlog.get_logger(__name__)
 
 KEEP = 2
@@ -117,11 +119,12 @@ class InnerStateStore:
             return {}
 
 
-def default_state_dir(host: str, port: str, backend: str, device: int | None) -> Path:
-    """Per shepherd address, backend and device, in the user's state directory."""
+def default_state_dir(host: str, port: str, backend: str, device: DeviceChoice) -> Path:
+    """Per shepherd address, backend and device(s), in the user's state directory."""
     import platformdirs
 
-    name = f"{host.strip('[]')}-{port}-{backend}-{device or 0}".replace(":", "_")
+    devices = device_label(device).replace(",", "+")
+    name = f"{host.strip('[]')}-{port}-{backend}-{devices}".replace(":", "_")
     return Path(platformdirs.user_state_dir("pcp")) / "workers" / name
 
 

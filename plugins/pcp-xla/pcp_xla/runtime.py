@@ -7,6 +7,11 @@ runs and the newest StableHLO it reads; the shepherd refuses it if its own artif
 fall outside them. On the worker the step is `jax.jit(exported.call)` with the
 parameters and optimizer state donated, so each call writes the new state over the
 old on the device and only the losses come back.
+
+One worker may drive several devices of its machine (`pcp worker --devices all`): the
+shepherd exports the step for a mesh of that many devices, the batch split over them
+and the state replicated on each (`TrainProgram.export`), and XLA sums the gradients
+across them. The shepherd still sees one worker sending one result a round.
 """
 
 import functools
@@ -16,8 +21,16 @@ from typing import Any
 
 import numpy as np
 
-from pcp_core.backends import Artifact, Backend, CompileError, DeviceError, DeviceReport
-from pcp_core.program.build import PLATFORM_CUSTOM_CALLS, TensorSpec, conforming
+from pcp_core.backends import (
+    Artifact,
+    Backend,
+    CompileError,
+    DeviceChoice,
+    DeviceError,
+    DeviceReport,
+    device_indices,
+)
+from pcp_core.program.build import DATA_AXIS, PLATFORM_CUSTOM_CALLS, TensorSpec, conforming
 
 KIND = "xla-export"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # what jax.export lowers for
@@ -74,14 +87,15 @@ def _devices() -> list[Any]:
 class XlaRuntime:
     kind = KIND
     host_memory = False  # a GPU's, or jaxlib's own pool on the CPU: not checked
+    multi_device = True  # one worker may train data-parallel on several devices
 
-    def build(self, program: Any, backend: Backend, arch: str) -> Artifact:
+    def build(self, program: Any, backend: Backend, arch: str, devices: int = 1) -> Artifact:
         if arch not in PLATFORMS:
             raise CompileError(
                 f"xla builds for a jaxlib platform ({', '.join(PLATFORMS)}), not {arch!r}"
             )
         try:
-            data = bytes(program.export(arch).serialize())
+            data = bytes(program.export(arch, devices).serialize())
         except (ValueError, NotImplementedError) as error:
             raise CompileError(f"jax could not export the step for {arch}: {error}") from None
         return Artifact(self.kind, data, hashlib.sha256(data).hexdigest(), backend.name, arch)
@@ -128,12 +142,14 @@ class XlaRuntime:
             )
         return None
 
-    def require_device(self, backend: Backend, device: int | None) -> None:
+    def require_device(self, backend: Backend, device: DeviceChoice) -> None:
         devices = _devices()
-        index = device or 0
-        if not 0 <= index < len(devices):
-            platform = devices[0].platform if devices else "no"
-            raise DeviceError(f"jax sees {len(devices)} {platform} device(s); no device {index}")
+        for index in device_indices(device):
+            if not 0 <= index < len(devices):
+                platform = devices[0].platform if devices else "no"
+                raise DeviceError(
+                    f"jax sees {len(devices)} {platform} device(s); no device {index}"
+                )
 
     def describe_devices(self, backend: Backend) -> DeviceReport:
         try:
@@ -149,7 +165,7 @@ class XlaRuntime:
             note=note,
         )
 
-    def open(self, artifact: bytes, backend: Backend, program: Any, device: int | None) -> Any:
+    def open(self, artifact: bytes, backend: Backend, program: Any, device: DeviceChoice) -> Any:
         self.require_device(backend, device)
         return XlaExecutor(artifact, program.param_specs, program.opt_specs, device)
 
@@ -165,37 +181,55 @@ class XlaRuntime:
             assert isinstance(losses, np.ndarray) and losses.shape == (len(inputs),)
             assert all(a.is_deleted() for a in before), "the state was copied, not donated"
             after = executor.device_state()
-            assert all(a.devices() == {executor.device} for a in after), "state left the device"
+            assert all(executor.holds(a) for a in after), "state left the device"
 
 
 XLA = XlaRuntime()
 
 
 class XlaExecutor:
-    """A deserialized step on one jax device, holding the training state there."""
+    """A deserialized step on one jax device or a mesh of several, holding the training
+    state there (replicated on each device of a mesh)."""
 
     def __init__(
         self,
         artifact: bytes,
         param_specs: list[TensorSpec],
         opt_specs: list[TensorSpec],
-        device_index: int | None = None,
+        device: DeviceChoice = None,
     ) -> None:
         import jax
+        from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
         exported = jax.export.deserialize(bytearray(artifact))
-        self.device = jax.devices()[device_index or 0]
         here = jax.export.default_export_platform()
         if here not in exported.platforms:
             raise DeviceError(
                 f"this program was built for {', '.join(exported.platforms)}, "
                 f"but this jaxlib runs on {here}: leave --target out, or set it to {here}"
             )
+        indices = device_indices(device)
+        if exported.nr_devices != len(indices):
+            raise DeviceError(
+                f"this program was built for {exported.nr_devices} device(s), "
+                f"not the {len(indices)} this worker drives"
+            )
+        self.devices = [jax.devices()[i] for i in indices]
+        # the state: a copy on each device; the tokens: split by batch
+        self.whole = self.split = jax.sharding.SingleDeviceSharding(self.devices[0])
+        if len(self.devices) > 1:
+            mesh = Mesh(np.array(self.devices), (DATA_AXIS,))
+            self.whole = NamedSharding(mesh, PartitionSpec())
+            self.split = NamedSharding(mesh, PartitionSpec(None, DATA_AXIS))
         self.param_specs, self.opt_specs = param_specs, opt_specs
         # Compiled now, while the worker loads (XLA takes seconds to a minute, autotuning
         # on a GPU), not in its first round, where the round's deadline is counting.
-        placed = jax.sharding.SingleDeviceSharding(self.device)
-        avals = [jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=placed) for a in exported.in_avals]
+        # the inputs, flat: every parameter and optimizer tensor, then inputs and targets
+        placed = [self.whole] * (len(exported.in_avals) - 2) + [self.split, self.split]
+        avals = [
+            jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
+            for a, sharding in zip(exported.in_avals, placed, strict=True)
+        ]
         args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, avals)
         step = jax.jit(exported.call, donate_argnums=(0, 1))
         self._step = step.lower(*args, **kwargs).compile(COMPILER_OPTIONS.get(here) or None)
@@ -212,16 +246,23 @@ class XlaExecutor:
             # donates what it is given, never through the host
             return tuple(a.copy() for a in arrays)
         # copied, so the device array owns its memory (on the CPU it would share numpy's)
-        return tuple(jax.device_put(a.copy(), self.device) for a in conforming(arrays, specs))
+        return tuple(jax.device_put(a.copy(), self.whole) for a in conforming(arrays, specs))
 
-    def _here(self, array: Any, spec: TensorSpec) -> bool:
-        """Whether `array` is a live jax array on this device, of `spec`'s shape and dtype."""
+    def holds(self, array: Any) -> bool:
+        """Whether `array` is a live jax array placed as this executor keeps its state:
+        a copy on each of its devices."""
         import jax
 
         return (
             isinstance(array, jax.Array)
             and not array.is_deleted()
-            and array.devices() == {self.device}
+            and array.sharding.is_equivalent_to(self.whole, array.ndim)
+        )
+
+    def _here(self, array: Any, spec: TensorSpec) -> bool:
+        """Whether `array` is held here (`holds`), of `spec`'s shape and dtype."""
+        return (
+            self.holds(array)
             and array.shape == tuple(spec.shape)
             and array.dtype == np.dtype(spec.dtype)
         )
@@ -240,7 +281,7 @@ class XlaExecutor:
         if self._opt_state is None:
             raise RuntimeError("set_opt_state must come before fill_opt_tensors")
         self._opt_state = tuple(
-            jnp.full(state.shape, values[spec.name], state.dtype, device=self.device)
+            jnp.full(state.shape, values[spec.name], state.dtype, device=self.whole)
             if spec.name in values
             else state
             for spec, state in zip(self.opt_specs, self._opt_state, strict=True)
@@ -252,7 +293,7 @@ class XlaExecutor:
 
         if self._params is None or self._opt_state is None:
             raise RuntimeError("set_params and set_opt_state must come before run")
-        batch = [jax.device_put(np.asarray(b, np.int32), self.device) for b in (inputs, targets)]
+        batch = [jax.device_put(np.asarray(b, np.int32), self.split) for b in (inputs, targets)]
         self._params, self._opt_state, losses = self._step(self._params, self._opt_state, *batch)
         return np.asarray(losses)
 

@@ -1,0 +1,147 @@
+"""One worker on several devices (`--devices`): data-parallel inner steps that give what
+one device gives at the same batch, and a DiLoCo run of such workers. On the CPU, XLA
+makes several host devices (`--xla_force_host_platform_device_count`), in a process of
+their own: jax fixes its device count when it starts."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "16"]
+
+# The reference program's first call on one device and on a mesh of two, from the same
+# parameters and batch; prints how far apart they end, and what the mesh compiled to.
+SHARDED_AGAINST_ONE = """
+import json
+import numpy as np
+from pcp_xla import BACKEND
+from pcp_xla.runtime import XLA
+from pcp_core.testing.reference import BATCH, STEPS_PER_CALL, initial_params, reference
+
+corpus, config, program = reference()
+params = initial_params(config)
+batch = corpus.batches("train", STEPS_PER_CALL, BATCH, config["block_size"], (0, 0))
+ends = []
+for devices in (None, (0, 1)):
+    artifact = XLA.build(program, BACKEND, "cpu", 1 if devices is None else len(devices))
+    executor = XLA.open(artifact.data, BACKEND, program, devices)
+    executor.set_params(params)
+    executor.set_opt_state(program.init_opt_state(params))
+    losses = executor.run(*batch)
+    state = executor.device_state()
+    ends.append((losses, executor.params(), executor.opt_state()))
+placed = {len(a.devices()) for a in state}
+hlo = executor._step.as_text()
+one, two = ends
+print(json.dumps({
+    "losses": float(np.max(np.abs(one[0] - two[0]))),
+    "params": max(float(np.max(np.abs(a - b))) for a, b in zip(one[1], two[1])),
+    "opt_state": max(float(np.max(np.abs(a - b))) for a, b in zip(one[2], two[2])),
+    "moved": max(float(np.max(np.abs(a - b))) for a, b in zip(params, one[1])),
+    "state_on_devices": sorted(placed),
+    "all_reduce": "all-reduce" in hlo,
+}))
+"""
+
+
+def host_devices(count: int) -> dict[str, str]:
+    """This process's environment, with jax on its CPU platform (on a GPU machine too),
+    split into `count` devices."""
+    flags = f"{os.environ.get('XLA_FLAGS', '')} --xla_force_host_platform_device_count={count}"
+    return {**os.environ, "XLA_FLAGS": flags, "JAX_PLATFORMS": "cpu"}
+
+
+def test_sharded_inner_steps_equal_one_device_at_the_same_batch() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", SHARDED_AGAINST_ONE],
+        capture_output=True,
+        text=True,
+        env=host_devices(2),
+        timeout=300,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    found = json.loads(result.stdout.splitlines()[-1])
+    assert found["moved"] > 1e-3  # the call trained: equality below is not of no change
+    assert found["losses"] < 1e-5 and found["params"] < 1e-5 and found["opt_state"] < 1e-5
+    # the state is a copy on each device, and the gradients are summed across them
+    assert found["state_on_devices"] == [2] and found["all_reduce"]
+
+
+def train(out: Path, devices_per_worker: int) -> tuple[list[dict], str]:
+    """A two-worker DiLoCo run of xla workers; its per-round metrics and its log."""
+    command = [sys.executable, "-m", "pcp_core", "train", "--algorithm", "diloco"]
+    command += ["--backend", "xla", "--worker-backends", "xla,xla"]
+    command += ["--devices-per-worker", str(devices_per_worker), "--steps", "20"]
+    command += ["--inner-steps", "10", "--eval-every", "10", "--batch-size", "4"]
+    command += ["--out", str(out), *TINY]
+    result = subprocess.run(
+        command, capture_output=True, text=True, env=host_devices(4), timeout=600
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    records = (out / "metrics.jsonl").read_text().splitlines()
+    return [json.loads(line) for line in records], result.stderr
+
+
+@pytest.mark.slow
+def test_two_workers_of_two_devices_each_send_what_single_device_workers_send(
+    tmp_path: Path,
+) -> None:
+    (sharded, log), (single, _) = train(tmp_path / "2x2", 2), train(tmp_path / "2x1", 1)
+    joined = [line for line in log.splitlines() if "worker joined" in line]
+    assert sorted(line.split("on devices ")[1][:3] for line in joined) == ["0,1", "2,3"]
+    assert [r["workers"] for r in sharded] == [2, 2]  # one result per worker per round
+    for mine, theirs in zip(sharded, single, strict=True):
+        assert mine["pseudo_gradient_bytes"] == theirs["pseudo_gradient_bytes"]
+    # the same run, split over two devices a worker: the same model to float tolerance
+    assert abs(sharded[-1]["val_loss"] - single[-1]["val_loss"]) < 1e-3
+
+
+def test_a_worker_names_devices_this_machine_has(tmp_path: Path) -> None:
+    for devices, says in [
+        ("0,3", "--devices 0,3: no device 3 (this machine has 2: 0 to 1)"),
+        ("0,0", "--devices 0,0: a device is named twice"),
+        ("first", "--devices must be 'all' or device indices such as 0,1; got 'first'"),
+    ]:
+        command = [sys.executable, "-m", "pcp_core", "worker", "--connect", "127.0.0.1:9"]
+        command += ["--backend", "xla", "--restarts", "0", "--devices", devices]
+        result = subprocess.run(
+            command, capture_output=True, text=True, env=host_devices(2), timeout=120
+        )
+        assert result.returncode == 2 and result.stderr == f"error: {says}\n", result.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["--devices-per-worker", "4"], "2 xla worker(s) with --devices-per-worker 4 need 8"),
+        (["--devices-per-worker", "2", "--batch-size", "3"], "--batch-size 3 does not split"),
+        (["--devices-per-worker", "2", "--device", "1"], "--device names one device"),
+    ],
+)
+def test_a_local_run_has_the_devices_its_workers_need(
+    args: list[str], says: str, tmp_path: Path
+) -> None:
+    command = [sys.executable, "-m", "pcp_core", "train", "--algorithm", "diloco"]
+    command += ["--worker-backends", "xla,xla", *args, "--out", str(tmp_path / "run")]
+    result = subprocess.run(command, capture_output=True, text=True, env=host_devices(2))
+    assert result.returncode == 2 and result.stderr.startswith(f"error: {says}"), result.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_shepherd_refuses_several_devices_on_a_backend_of_one() -> None:
+    from pcp_xla import BACKEND
+
+    from pcp_core.plugins import host
+    from pcp_core.shepherd.admission import Admission
+
+    assert Admission._check_devices(BACKEND, "0,1,2") == 3
+    assert Admission._check_devices(BACKEND, "") == 1  # a worker from before --devices
+    with pytest.raises(ValueError, match="a cpu worker drives one device"):
+        Admission._check_devices(host().backend("cpu"), "0,1")
+    for label in ("0,0", "0,x", "99999"):
+        with pytest.raises(ValueError, match="not distinct device indices"):
+            Admission._check_devices(BACKEND, label)
