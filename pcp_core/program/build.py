@@ -140,6 +140,17 @@ class TrainProgram:
         ]
 
 
+def split_state(shape: tuple[int, ...], devices: int) -> Any:
+    """How an optimizer-state tensor of `shape` lies on a mesh of `devices`: split along
+    its first axis that divides evenly, else whole on each device (a scalar, a step)."""
+    from jax.sharding import PartitionSpec
+
+    for axis, size in enumerate(shape):
+        if size % devices == 0:
+            return PartitionSpec(*([None] * axis), DATA_AXIS)
+    return PartitionSpec()
+
+
 def without_locations(stablehlo: str) -> str:
     """The module re-printed without debug locations.
 
@@ -311,9 +322,11 @@ def _exported(
 
     def export_for(platform: str, devices: int = 1) -> Any:
         """The step for `platform`, on one device or on a mesh of `devices`: the batch
-        axis split over them, the parameters and optimizer state replicated on each, so
-        XLA sums the gradients across devices (an all-reduce, NCCL on NVIDIA GPUs) and
-        every device applies the same update (see `export_devices`)."""
+        axis split over them and the parameters replicated on each, so XLA sums the
+        gradients across devices (NCCL on NVIDIA GPUs) and every device ends the step
+        with the same parameters; each optimizer-state tensor is split over the devices
+        along its first axis that divides evenly (ZeRO stage 1: each device keeps and
+        updates a part of AdamW's moments), else replicated (see `export_devices`)."""
         if devices < 1 or batch_shape[1] % devices:
             raise ValueError(
                 f"a batch of {batch_shape[1]} sequences does not split evenly over "
@@ -330,10 +343,13 @@ def _exported(
             mesh = jax.sharding.AbstractMesh((devices,), (DATA_AXIS,))
             whole = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
             split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, DATA_AXIS))
+            state = tuple(
+                jax.sharding.NamedSharding(mesh, split_state(s.shape, devices)) for s in opt_specs
+            )
             jitted_for_platform = jax.jit(
                 step_for_platform,
-                in_shardings=(whole, whole, split, split),
-                out_shardings=whole,
+                in_shardings=(whole, state, split, split),
+                out_shardings=(whole, state, whole),
             )
         allowed = [
             jax.export.DisabledSafetyCheck.custom_call(target)

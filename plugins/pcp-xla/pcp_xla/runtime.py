@@ -9,9 +9,9 @@ parameters and optimizer state donated, so each call writes the new state over t
 old on the device and only the losses come back.
 
 One worker may drive several devices of its machine (`pcp worker --devices all`): the
-shepherd exports the step for a mesh of that many devices, the batch split over them
-and the state replicated on each (`TrainProgram.export`), and XLA sums the gradients
-across them. The shepherd still sees one worker sending one result a round.
+shepherd exports the step for a mesh of that many devices, the batch split over them,
+the parameters whole on each and the optimizer state split (`TrainProgram.export`), and
+XLA sums the gradients across them. The shepherd still sees one worker sending one result a round.
 """
 
 import functools
@@ -180,8 +180,7 @@ class XlaRuntime:
             losses = executor.run(inputs, targets)
             assert isinstance(losses, np.ndarray) and losses.shape == (len(inputs),)
             assert all(a.is_deleted() for a in before), "the state was copied, not donated"
-            after = executor.device_state()
-            assert all(executor.holds(a) for a in after), "state left the device"
+            assert executor.holds_its_state(), "state left the device"
 
 
 XLA = XlaRuntime()
@@ -189,7 +188,7 @@ XLA = XlaRuntime()
 
 class XlaExecutor:
     """A deserialized step on one jax device or a mesh of several, holding the training
-    state there (replicated on each device of a mesh)."""
+    state there, each tensor placed as the program says (`TrainProgram.export`)."""
 
     def __init__(
         self,
@@ -199,7 +198,6 @@ class XlaExecutor:
         device: DeviceChoice = None,
     ) -> None:
         import jax
-        from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
         exported = jax.export.deserialize(bytearray(artifact))
         here = jax.export.default_export_platform()
@@ -215,17 +213,14 @@ class XlaExecutor:
                 f"not the {len(indices)} this worker drives"
             )
         self.devices = [jax.devices()[i] for i in indices]
-        # the state: a copy on each device; the tokens: split by batch
-        self.whole = self.split = jax.sharding.SingleDeviceSharding(self.devices[0])
-        if len(self.devices) > 1:
-            mesh = Mesh(np.array(self.devices), (DATA_AXIS,))
-            self.whole = NamedSharding(mesh, PartitionSpec())
-            self.split = NamedSharding(mesh, PartitionSpec(None, DATA_AXIS))
         self.param_specs, self.opt_specs = param_specs, opt_specs
+        # the inputs, flat: every parameter and optimizer tensor, then inputs and targets
+        placed = _placements(exported, self.devices)
+        self._param_placed = placed[: len(param_specs)]
+        self._opt_placed = placed[len(param_specs) : len(param_specs) + len(opt_specs)]
+        self._batch_placed = placed[-1]
         # Compiled now, while the worker loads (XLA takes seconds to a minute, autotuning
         # on a GPU), not in its first round, where the round's deadline is counting.
-        # the inputs, flat: every parameter and optimizer tensor, then inputs and targets
-        placed = [self.whole] * (len(exported.in_avals) - 2) + [self.split, self.split]
         avals = [
             jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding)
             for a, sharding in zip(exported.in_avals, placed, strict=True)
@@ -236,43 +231,41 @@ class XlaExecutor:
         self._params: tuple[Any, ...] | None = None
         self._opt_state: tuple[Any, ...] | None = None
 
-    def _upload(self, arrays: list[Any], specs: list[TensorSpec]) -> tuple[Any, ...]:
+    def _upload(
+        self, arrays: list[Any], specs: list[TensorSpec], placements: list[Any]
+    ) -> tuple[Any, ...]:
         import jax
 
-        if arrays and all(self._here(a, s) for a, s in zip(arrays, specs, strict=False)):
-            if len(arrays) != len(specs):
-                raise ValueError(f"expected {len(specs)} tensors, got {len(arrays)}")
+        if len(arrays) == len(specs) and all(
+            _held(a, s, p) for a, s, p in zip(arrays, specs, placements, strict=True)
+        ):
             # already on this device (a params_snapshot): copied there, since each call
             # donates what it is given, never through the host
             return tuple(a.copy() for a in arrays)
         # copied, so the device array owns its memory (on the CPU it would share numpy's)
-        return tuple(jax.device_put(a.copy(), self.whole) for a in conforming(arrays, specs))
-
-    def holds(self, array: Any) -> bool:
-        """Whether `array` is a live jax array placed as this executor keeps its state:
-        a copy on each of its devices."""
-        import jax
-
-        return (
-            isinstance(array, jax.Array)
-            and not array.is_deleted()
-            and array.sharding.is_equivalent_to(self.whole, array.ndim)
+        return tuple(
+            jax.device_put(a.copy(), placed)
+            for a, placed in zip(conforming(arrays, specs), placements, strict=True)
         )
 
-    def _here(self, array: Any, spec: TensorSpec) -> bool:
-        """Whether `array` is held here (`holds`), of `spec`'s shape and dtype."""
-        return (
-            self.holds(array)
-            and array.shape == tuple(spec.shape)
-            and array.dtype == np.dtype(spec.dtype)
+    def holds_its_state(self) -> bool:
+        """Whether every parameter and optimizer tensor is a live jax array placed as the
+        program takes it (on this executor's devices)."""
+        return all(
+            _held(array, spec, placed)
+            for arrays, specs, placements in (
+                (self._params or (), self.param_specs, self._param_placed),
+                (self._opt_state or (), self.opt_specs, self._opt_placed),
+            )
+            for array, spec, placed in zip(arrays, specs, placements, strict=True)
         )
 
     def set_params(self, params: list[np.ndarray]) -> None:
         """Replace the parameters on the device (the optimizer state stays)."""
-        self._params = self._upload(params, self.param_specs)
+        self._params = self._upload(params, self.param_specs, self._param_placed)
 
     def set_opt_state(self, opt_state: list[np.ndarray]) -> None:
-        self._opt_state = self._upload(opt_state, self.opt_specs)
+        self._opt_state = self._upload(opt_state, self.opt_specs, self._opt_placed)
 
     def fill_opt_tensors(self, values: dict[str, float]) -> None:
         """Fill the named optimizer-state tensors with a value each, made on the device."""
@@ -281,10 +274,12 @@ class XlaExecutor:
         if self._opt_state is None:
             raise RuntimeError("set_opt_state must come before fill_opt_tensors")
         self._opt_state = tuple(
-            jnp.full(state.shape, values[spec.name], state.dtype, device=self.whole)
+            jnp.full(state.shape, values[spec.name], state.dtype, device=placed)
             if spec.name in values
             else state
-            for spec, state in zip(self.opt_specs, self._opt_state, strict=True)
+            for spec, state, placed in zip(
+                self.opt_specs, self._opt_state, self._opt_placed, strict=True
+            )
         )
 
     def run(self, inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
@@ -293,7 +288,9 @@ class XlaExecutor:
 
         if self._params is None or self._opt_state is None:
             raise RuntimeError("set_params and set_opt_state must come before run")
-        batch = [jax.device_put(np.asarray(b, np.int32), self.split) for b in (inputs, targets)]
+        batch = [
+            jax.device_put(np.asarray(b, np.int32), self._batch_placed) for b in (inputs, targets)
+        ]
         self._params, self._opt_state, losses = self._step(self._params, self._opt_state, *batch)
         return np.asarray(losses)
 
@@ -312,3 +309,27 @@ class XlaExecutor:
 
     def opt_state(self) -> list[np.ndarray]:
         return [np.asarray(a) for a in self._opt_state or ()]
+
+
+def _placements(exported: Any, devices: list[Any]) -> list[Any]:
+    """Where each input of `exported` goes: on one device, there; on several, as the
+    program's shardings say, over a mesh of `devices`."""
+    import jax
+    from jax.sharding import Mesh
+
+    if len(devices) == 1:
+        return [jax.sharding.SingleDeviceSharding(devices[0])] * len(exported.in_avals)
+    return list(exported.in_shardings_jax(Mesh(np.array(devices), (DATA_AXIS,))))
+
+
+def _held(array: Any, spec: TensorSpec, placed: Any) -> bool:
+    """Whether `array` is a live jax array of `spec`'s shape and dtype, placed as `placed`."""
+    import jax
+
+    return (
+        isinstance(array, jax.Array)
+        and not array.is_deleted()
+        and array.shape == tuple(spec.shape)
+        and array.dtype == np.dtype(spec.dtype)
+        and array.sharding.is_equivalent_to(placed, array.ndim)
+    )

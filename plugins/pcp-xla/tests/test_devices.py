@@ -35,6 +35,7 @@ for devices in (None, (0, 1)):
     state = executor.device_state()
     ends.append((losses, executor.params(), executor.opt_state()))
 placed = {len(a.devices()) for a in state}
+kept, moments = state[: len(program.param_specs)], state[len(program.param_specs) :]
 hlo = executor._step.as_text()
 one, two = ends
 print(json.dumps({
@@ -43,6 +44,9 @@ print(json.dumps({
     "opt_state": max(float(np.max(np.abs(a - b))) for a, b in zip(one[2], two[2])),
     "moved": max(float(np.max(np.abs(a - b))) for a, b in zip(params, one[1])),
     "state_on_devices": sorted(placed),
+    "params_whole": all(a.addressable_shards[0].data.shape == a.shape for a in kept),
+    "moments_split": sum(a.addressable_shards[0].data.size * 2 == a.size for a in moments),
+    "moments": len(moments),
     "all_reduce": "all-reduce" in hlo,
 }))
 """
@@ -67,8 +71,10 @@ def test_sharded_inner_steps_equal_one_device_at_the_same_batch() -> None:
     found = json.loads(result.stdout.splitlines()[-1])
     assert found["moved"] > 1e-3  # the call trained: equality below is not of no change
     assert found["losses"] < 1e-5 and found["params"] < 1e-5 and found["opt_state"] < 1e-5
-    # the state is a copy on each device, and the gradients are summed across them
+    # the state is on both devices, the gradients summed across them; the parameters
+    # whole on each, the optimizer's moments split between them (all but the step count)
     assert found["state_on_devices"] == [2] and found["all_reduce"]
+    assert found["params_whole"] and found["moments_split"] == found["moments"] - 1
 
 
 def train(out: Path, devices_per_worker: int) -> tuple[list[dict], str]:
