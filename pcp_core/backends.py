@@ -69,10 +69,8 @@ def parse_devices(text: str, available: int) -> tuple[int, ...]:
     if len(set(indices)) < len(indices):
         raise ValueError(f"--devices {text}: a device is named twice")
     if missing := [i for i in indices if i >= available]:
-        raise ValueError(
-            f"--devices {text}: no device {missing[0]} (this machine has {available}: "
-            f"0 to {available - 1})"
-        )
+        has = "only device 0" if available == 1 else f"{available}: 0 to {available - 1}"
+        raise ValueError(f"--devices {text}: no device {missing[0]} (this machine has {has})")
     return indices
 
 
