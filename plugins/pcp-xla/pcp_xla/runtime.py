@@ -11,7 +11,8 @@ old on the device and only the losses come back.
 One worker may drive several devices of its machine (`pcp worker --devices all`): the
 shepherd exports the step for a mesh of that many devices, the batch split over them,
 the parameters whole on each and the optimizer state split (`TrainProgram.export`), and
-XLA sums the gradients across them. The shepherd still sees one worker sending one result a round.
+XLA sums the gradients across them. The shepherd still sees one worker, sending one
+result a round.
 """
 
 import functools
