@@ -197,3 +197,102 @@ def test_unequal_workers_share_a_round_by_time_and_a_cut_slow_one_rejoins(
     steps = sum(sum(r["worker_steps"].values()) for r in rounds)
     assert result.summary["tokens"] == steps * tokens_per_step
     assert math.isfinite(result.summary["final_val_loss"])
+
+
+def worker_processes(run_dir: Path, name: str) -> dict[int, bool]:
+    """The processes of rehearsed worker `name`, found by its state directory on their
+    command lines: pid -> whether it is the training process (the supervisor starts it
+    with `--restarts 0`), not its supervisor."""
+    marker = str(run_dir / "workers" / name / "state").encode()
+    found = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            argv = (proc / "cmdline").read_bytes().split(b"\0") if proc.name.isdigit() else []
+        except OSError:  # it ended meanwhile
+            continue
+        if marker in argv:
+            restarts = argv.index(b"--restarts") + 1 if b"--restarts" in argv else 0
+            found[int(proc.name)] = restarts > 0 and argv[restarts] == b"0"
+    return found
+
+
+def suspend_then_kill(
+    run_dir: Path, node: str, after_rounds: int, suspended_s: float
+) -> tuple[dict[str, float], Callable[[Any, float], None]]:
+    """A `during` callback for run_scenario: once the run has done `after_rounds` rounds
+    it suspends worker `node` (SIGSTOP to its supervisor and training process, as a
+    laptop lid closing), resumes it `suspended_s` later, and once it has rejoined and
+    taken part in a round, kills its training process (SIGKILL). The dict it fills says
+    when (elapsed seconds: "stopped", "resumed", "killed")."""
+    import signal
+
+    from pcp_core.rehearsal.harness import joined_indices, read_records
+
+    metrics = run_dir / "shepherd" / "metrics.jsonl"
+    done: dict[str, float] = {}
+
+    def rounds() -> list[dict[str, Any]]:
+        return [r for r in read_records(metrics) if "round_s" in r]
+
+    def during(network: Any, elapsed: float) -> None:
+        if "stopped" not in done and len(rounds()) >= after_rounds:
+            for pid in worker_processes(run_dir, node):
+                os.kill(pid, signal.SIGSTOP)
+            done["stopped"], done["rounds_then"] = elapsed, len(rounds())
+        elif "stopped" in done and "resumed" not in done:
+            if elapsed - done["stopped"] >= suspended_s:
+                for pid in worker_processes(run_dir, node):
+                    os.kill(pid, signal.SIGCONT)
+                done["resumed"], done["rounds_then"] = elapsed, len(rounds())
+        elif "resumed" in done and "killed" not in done:
+            back = len(joined_indices(run_dir).get(node, [])) >= 2
+            if back and any(r["workers"] == 2 for r in rounds()[int(done["rounds_then"]) :]):
+                found = worker_processes(run_dir, node)
+                os.kill(next(pid for pid, trains in found.items() if trains), signal.SIGKILL)
+                done["killed"] = elapsed
+
+    return done, during
+
+
+@pytest.mark.slow
+@pytest.mark.serial  # its worker timeout and the share of a core a quota leaves
+def test_a_slow_worker_suspended_then_killed_does_not_hold_rounds_and_rejoins(
+    rehearse, tmp_path: Path
+) -> None:
+    """With `--round-budget auto`, a worker at half a core beside an unlimited one is
+    suspended for 8 s, then, once back, killed: the rounds go on without it within the
+    shepherd's --worker-timeout, its supervisor brings it back each time, it rejoins with
+    a budget of its own, and the run ends with both and every step counted."""
+    from pcp_core.rehearsal.cpu import quota_problem
+    from pcp_core.rehearsal.harness import joined_indices
+    from pcp_core.rehearsal.scenario import Link, Scenario, Worker
+
+    if quota_problem():
+        pytest.skip(quota_problem())
+    lan = Link(rate_mbit=1000, delay_ms=1)
+    scenario = Scenario("unequal", Link(1000), [Worker("slow", lan, cpus=0.5), Worker("fast", lan)])
+    budget = ("--round-budget", "auto", "--batch-size", "8", "--steps-per-call", "4")
+    # 200 rounds of about 0.35 s: the two faults and two rejoins take about 30 s of them
+    settings = TrainingSettings(
+        steps=20_000,
+        inner_steps=100,
+        shepherd_flags=(*TINY, *budget, "--eval-every", "0", *DEADLINES),
+        worker_flags=("--timeout", "5"),
+    )
+    done, during = suspend_then_kill(tmp_path / "run", "slow", after_rounds=3, suspended_s=8)
+    result = rehearse(scenario, settings, timeout_s=600, during=during)
+
+    assert "killed" in done, f"the run ended before the worker was back and killed: {done}"
+    assert result.exit_codes == {"shepherd": 0, "slow": 0, "fast": 0}
+    rounds = result.rounds
+    alone = [r for r in rounds if r["workers"] == 1]
+    assert alone, "no round went on without the suspended or killed worker"
+    assert max(r["round_s"] for r in alone) < 15, "a round waited for the stopped worker"
+    joins = joined_indices(result.run_dir)
+    assert len(joins.get("slow", [])) >= 3, f"slow did not rejoin after both faults: {joins}"
+    assert rounds[-1]["workers"] == 2, "the last round did not have both workers again"
+    slow = str(joins["slow"][-1])
+    assert rounds[-1]["worker_steps"][slow] > 0  # a budget it fills, after rejoining
+    steps = sum(sum(r["worker_steps"].values()) for r in rounds)
+    assert result.summary["tokens"] == steps * 8 * 32
+    assert math.isfinite(result.summary["final_val_loss"])

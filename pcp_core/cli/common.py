@@ -240,11 +240,26 @@ def report(summary: dict[str, Any]) -> None:
     Console().print(table)
 
 
+def interrupted(error: BaseException) -> bool:
+    """Whether `error` is Ctrl-C, or came of it: a KeyboardInterrupt that lands while
+    the main thread re-takes a `threading.Condition`'s lock (waiting on a future) leaves
+    the lock untaken, and leaving the `with` block then raises RuntimeError("cannot
+    release un-acquired lock") in its place (CPython 3.11), the interrupt as its context."""
+    seen: BaseException | None = error
+    while seen is not None:
+        if isinstance(seen, KeyboardInterrupt):
+            return True
+        seen = seen.__context__
+    return False
+
+
 def run_or_explain(body: Callable[[], None]) -> None:
     """Run a command body, turning user errors into one line and Ctrl-C into exit 130."""
     try:
         body()
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, RuntimeError) as error:
+        if not interrupted(error):
+            raise
         typer.secho("interrupted", fg=typer.colors.YELLOW, err=True)
         raise typer.Exit(exit_codes.INTERRUPTED) from None
     except user_errors() as error:

@@ -1,0 +1,36 @@
+"""Ctrl-C is exit 130 (`run_or_explain`), also when it lands where CPython turns it into
+another error: re-taking a Condition's lock, leaving "cannot release un-acquired lock"
+with the interrupt as its context (seen once in CI: a shepherd stopped mid-round)."""
+
+import pytest
+import typer
+
+from pcp_core import exit_codes
+from pcp_core.cli.common import run_or_explain
+
+
+def ctrl_c_breaking_a_lock() -> None:
+    try:
+        raise KeyboardInterrupt
+    except KeyboardInterrupt:
+        raise RuntimeError("cannot release un-acquired lock")  # noqa: B904 (as CPython does)
+
+
+def plain_ctrl_c() -> None:
+    raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("body", [plain_ctrl_c, ctrl_c_breaking_a_lock])
+def test_ctrl_c_is_exit_130(body, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(typer.Exit) as ended:
+        run_or_explain(body)
+    assert ended.value.exit_code == exit_codes.INTERRUPTED == 130
+    assert "interrupted" in capsys.readouterr().err
+
+
+def test_another_runtime_error_is_not_taken_for_ctrl_c() -> None:
+    def broken() -> None:
+        raise RuntimeError("a bug")
+
+    with pytest.raises(RuntimeError, match="a bug"):
+        run_or_explain(broken)
