@@ -34,3 +34,17 @@ def test_another_runtime_error_is_not_taken_for_ctrl_c() -> None:
 
     with pytest.raises(RuntimeError, match="a bug"):
         run_or_explain(broken)
+
+
+def test_a_user_error_that_is_a_runtime_error_is_still_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from pcp_core.backends import DeviceError
+
+    def no_device() -> None:
+        raise DeviceError("no device 3")
+
+    with pytest.raises(typer.Exit) as ended:
+        run_or_explain(no_device)
+    assert ended.value.exit_code == exit_codes.CONFIGURATION
+    assert capsys.readouterr().err == "error: no device 3\n"

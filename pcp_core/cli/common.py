@@ -257,12 +257,12 @@ def run_or_explain(body: Callable[[], None]) -> None:
     """Run a command body, turning user errors into one line and Ctrl-C into exit 130."""
     try:
         body()
-    except (KeyboardInterrupt, RuntimeError) as error:
-        if not interrupted(error):
+    except BaseException as error:
+        if interrupted(error):
+            typer.secho("interrupted", fg=typer.colors.YELLOW, err=True)
+            raise typer.Exit(exit_codes.INTERRUPTED) from None
+        if not isinstance(error, user_errors()):
             raise
-        typer.secho("interrupted", fg=typer.colors.YELLOW, err=True)
-        raise typer.Exit(exit_codes.INTERRUPTED) from None
-    except user_errors() as error:
         # imported here, not at the top: keeps `pcp --help` fast
         from pcp_core.program.checkpoint import CheckpointWriteError  # loaded by _user_errors
 
