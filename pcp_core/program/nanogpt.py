@@ -15,7 +15,7 @@ from pcp_core.config import PRECISIONS
 from pcp_core.models import Model, Params
 from pcp_core.program import layers, losses
 from pcp_core.program import precision as precisions
-from pcp_core.program.build import export_devices, export_platform
+from pcp_core.program.build import devices_at_hand, export_platform, on_each_device
 
 log = structlog.get_logger(__name__)
 
@@ -150,7 +150,7 @@ def _attention(config: Mapping[str, int], params: Params, prefix: str, x, precis
     fused_here = (
         precision == "bf16"
         and export_platform() in FUSED_ATTENTION_PLATFORMS
-        and export_devices() == 1  # cuDNN's attention is lowered with its devices present
+        and devices_at_hand()  # cuDNN's attention is lowered with its devices present
     )
     in_bf16 = fused_here and export_platform() in BF16_ATTENTION_PLATFORMS
     qkv = _dense(params, prefix + "c_attn", x, precision, jnp.bfloat16 if in_bf16 else None)
@@ -189,8 +189,11 @@ def _fused_attention(qkv, heads: int):
     batch, time, width3 = qkv.shape
     stacked = qkv.astype(jnp.bfloat16).reshape(batch, time, 3, heads, width3 // (3 * heads))
     q, k, v = stacked[:, :, 0], stacked[:, :, 1], stacked[:, :, 2]
-    try:
-        out = jax.nn.dot_product_attention(q, k, v, is_causal=True, implementation="cudnn")
+    attention = functools.partial(
+        jax.nn.dot_product_attention, is_causal=True, implementation="cudnn"
+    )
+    try:  # on several devices, each one's part of the batch (XLA cannot split the call)
+        out = on_each_device(attention)(q, k, v)
     except (RuntimeError, NotImplementedError) as error:
         _no_fused_attention(str(error))
         return None

@@ -31,7 +31,13 @@ from pcp_core.backends import (
     DeviceReport,
     device_indices,
 )
-from pcp_core.program.build import DATA_AXIS, PLATFORM_CUSTOM_CALLS, TensorSpec, conforming
+from pcp_core.program.build import (
+    DATA_AXIS,
+    PLATFORM_CUSTOM_CALLS,
+    TensorSpec,
+    conforming,
+    mesh_axis_types,
+)
 
 KIND = "xla-export"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # what jax.export lowers for
@@ -320,7 +326,8 @@ def _placements(exported: Any, devices: list[Any]) -> list[Any]:
 
     if len(devices) == 1:
         return [jax.sharding.SingleDeviceSharding(devices[0])] * len(exported.in_avals)
-    return list(exported.in_shardings_jax(Mesh(np.array(devices), (DATA_AXIS,))))
+    mesh = Mesh(np.array(devices), (DATA_AXIS,), axis_types=mesh_axis_types())
+    return list(exported.in_shardings_jax(mesh))
 
 
 def _held(array: Any, spec: TensorSpec, placed: Any) -> bool:

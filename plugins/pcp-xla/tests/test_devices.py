@@ -77,6 +77,47 @@ def test_sharded_inner_steps_equal_one_device_at_the_same_batch() -> None:
     assert found["params_whole"] and found["moments_split"] == found["moments"] - 1
 
 
+# Where the exporting process has the devices a step is exported for (the shepherd of a
+# machine's local workers), it exports for a mesh of its own: then a call that jax lowers
+# only with devices present can run on each device's part of the batch (cuDNN's
+# attention); where it has not (a shepherd without GPUs), for an abstract mesh.
+EXPORT_MESH = """
+import json, sys
+import jax, jax.numpy as jnp, numpy as np
+from pcp_core.program.build import (
+    data_parallel, devices_at_hand, export_mesh, exporting_for, on_each_device,
+)
+with exporting_for("cpu", 2):
+    found = {"mesh": type(export_mesh()).__name__, "at_hand": devices_at_hand()}
+    if found["at_hand"]:
+        centred = on_each_device(lambda a: a - a.mean(axis=0, keepdims=True))
+        rows = jnp.arange(8.0).reshape(4, 2)
+        step = jax.jit(lambda x: centred(data_parallel(x, True)))
+        found["centred"] = np.asarray(step(rows)).tolist()
+with exporting_for("cpu"):
+    found["one"] = [export_mesh() is None, devices_at_hand()]
+print(json.dumps(found))
+"""
+
+
+def test_a_step_for_several_devices_is_exported_for_the_devices_at_hand() -> None:
+    found = {}
+    for count in (1, 2):
+        result = subprocess.run(
+            [sys.executable, "-c", EXPORT_MESH],
+            capture_output=True,
+            text=True,
+            env=host_devices(count),
+            timeout=120,
+        )
+        assert result.returncode == 0, result.stderr[-3000:]
+        found[count] = json.loads(result.stdout.splitlines()[-1])
+    assert found[1] == {"mesh": "AbstractMesh", "at_hand": False, "one": [True, True]}
+    assert found[2]["mesh"] == "Mesh" and found[2]["at_hand"]
+    # each device centres its own two rows: the mean of each half, not of all four
+    assert found[2]["centred"] == [[-1.0, -1.0], [1.0, 1.0], [-1.0, -1.0], [1.0, 1.0]]
+
+
 def train(out: Path, devices_per_worker: int) -> tuple[list[dict], str]:
     """A two-worker DiLoCo run of xla workers; its per-round metrics and its log."""
     command = [sys.executable, "-m", "pcp_core", "train", "--algorithm", "diloco"]
