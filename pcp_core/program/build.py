@@ -16,31 +16,15 @@ import numpy as np
 
 from pcp_core.models import Model
 from pcp_core.optimizers import GradientTransformation
+from pcp_core.program.mesh import data_parallel, export_mesh, exported_on, placed_on
 
 ENTRY_FUNCTION = "main"
-# The mesh axis a program exported for several devices splits its batch over.
-DATA_AXIS = "data"
-
-
-def mesh_axis_types() -> tuple[Any, ...]:
-    """The axis types of the mesh a program is exported for and run on: Auto (XLA
-    propagates the shardings the program names). Said on both sides, since jax 0.11 made
-    Explicit the default, and a program exported for one kind runs on no mesh of the other."""
-    import jax
-
-    return (jax.sharding.AxisType.Auto,)
-
-
 # The platform a program is being exported for while its step is traced (see
 # `export_platform`); None while the portable program (the StableHLO IREE compiles and
 # `jax_step`) is traced.
 _EXPORT_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar(
     "pcp_export_platform", default=None
 )
-# The mesh of devices a program is being exported for while its step is traced, None for
-# one device (see `export_mesh`).
-_EXPORT_MESH: contextvars.ContextVar[Any] = contextvars.ContextVar("pcp_export_mesh", default=None)
-
 # Custom calls that a program exported for a platform may hold although jax does not
 # promise them stable across versions: cuDNN's fused attention (see nanogpt's
 # `_attention`). Both ends run the same jax on that platform (see pcp-xla's join check).
@@ -60,92 +44,16 @@ def export_platform() -> str | None:
     return _EXPORT_PLATFORM.get()
 
 
-def export_mesh() -> Any:
-    """The mesh of devices the step being traced is exported for: None for one device
-    (all but a worker that trains on several, `pcp worker --devices`); a `Mesh` of this
-    process's own devices where it has as many of the platform's (the shepherd of a
-    machine's local workers), else an `AbstractMesh` of that shape (see `devices_at_hand`)."""
-    return _EXPORT_MESH.get()
-
-
-def devices_at_hand() -> bool:
-    """Whether the step being traced is lowered with its devices present: for one device,
-    or a mesh of this process's own. jax lowers some calls only so (cuDNN's attention);
-    a model keeps the portable form of such a call elsewhere."""
-    import jax
-
-    mesh = export_mesh()
-    return mesh is None or isinstance(mesh, jax.sharding.Mesh)
-
-
-def _mesh_for(platform: str | None, devices: int) -> Any:
-    import jax
-
-    try:
-        present = jax.devices(platform) if platform else []
-    except RuntimeError:  # no such platform in this jaxlib
-        present = []
-    if len(present) >= devices:
-        return jax.sharding.Mesh(
-            np.array(present[:devices]), (DATA_AXIS,), axis_types=mesh_axis_types()
-        )
-    return jax.sharding.AbstractMesh((devices,), (DATA_AXIS,), axis_types=mesh_axis_types())
-
-
-def data_parallel(tree: Any, batch: bool = False) -> Any:
-    """`tree` pinned, in a step exported for several devices, to lie whole on each device
-    (the parameters) or, with `batch`, split along its first axis (a batch); unchanged in
-    a one-device program.
-
-    Without the pins XLA's sharding propagation starts from the optimizer's moments,
-    split along the weights' first axis (ZeRO stage 1), and splits the matrix products
-    along the weights too, gathering activations across devices (seen in the CPU's
-    partitioning). Pinned, each device runs the forward and backward passes on its part
-    of the batch, the gradients are summed across devices, and only the optimizer's
-    update is split.
-    """
-    mesh = export_mesh()
-    if mesh is None:
-        return tree
-    import jax
-    from jax.sharding import NamedSharding, PartitionSpec
-
-    where = NamedSharding(mesh, PartitionSpec(DATA_AXIS) if batch else PartitionSpec())
-    return jax.lax.with_sharding_constraint(tree, where)
-
-
-def on_each_device(function: Callable[..., Any]) -> Callable[..., Any]:
-    """`function` of arrays split along their first axis (a batch), run on each device's
-    part as a one-device computation (`jax.shard_map`) in a step exported for several
-    devices; `function` itself in a one-device program. For a call that XLA cannot split
-    itself but that is independent across the batch (cuDNN's attention)."""
-    mesh = export_mesh()
-    if mesh is None:
-        return function
-    import jax
-    from jax.sharding import PartitionSpec
-
-    def split(*arrays: Any) -> Any:
-        specs = (PartitionSpec(DATA_AXIS),) * len(arrays)
-        per_device = jax.shard_map(
-            function, mesh=mesh, in_specs=specs, out_specs=PartitionSpec(DATA_AXIS)
-        )
-        return per_device(*arrays)
-
-    return split
-
-
 @contextlib.contextmanager
 def exporting_for(platform: str | None, devices: int = 1) -> Iterator[None]:
     """Trace inside this block as `TrainProgram.export(platform, devices)` does (see
-    `export_platform` and `export_mesh`)."""
-    mesh = _mesh_for(platform, devices) if devices > 1 else None
-    platform_token, mesh_token = _EXPORT_PLATFORM.set(platform), _EXPORT_MESH.set(mesh)
+    `export_platform` and `pcp_core.program.mesh.export_mesh`)."""
+    token = _EXPORT_PLATFORM.set(platform)
     try:
-        yield
+        with exported_on(platform, devices):
+            yield
     finally:
-        _EXPORT_PLATFORM.reset(platform_token)
-        _EXPORT_MESH.reset(mesh_token)
+        _EXPORT_PLATFORM.reset(token)
 
 
 @dataclass(frozen=True)
@@ -211,17 +119,6 @@ class TrainProgram:
             for spec in self.opt_specs
             if spec.name == prefix or spec.name.startswith((f"{prefix}[", f"{prefix}."))
         ]
-
-
-def split_state(shape: tuple[int, ...], devices: int) -> Any:
-    """How an optimizer-state tensor of `shape` lies on a mesh of `devices`: split along
-    its first axis that divides evenly, else whole on each device (a scalar, a step)."""
-    from jax.sharding import PartitionSpec
-
-    for axis, size in enumerate(shape):
-        if size % devices == 0:
-            return PartitionSpec(*([None] * axis), DATA_AXIS)
-    return PartitionSpec()
 
 
 def without_locations(stablehlo: str) -> str:
@@ -400,7 +297,7 @@ def _exported(
         gradients across devices (NCCL on NVIDIA GPUs) and every device ends the step
         with the same parameters; each optimizer-state tensor is split over the devices
         along its first axis that divides evenly (ZeRO stage 1: each device keeps and
-        updates a part of AdamW's moments), else replicated (see `export_mesh`)."""
+        updates a part of AdamW's moments), else replicated (`pcp_core.program.mesh`)."""
         if devices < 1 or batch_shape[1] % devices:
             raise ValueError(
                 f"a batch of {batch_shape[1]} sequences does not split evenly over "
@@ -420,25 +317,12 @@ def _exported(
             exporting_for(platform, devices),
             jax.default_matmul_precision("highest" if precision == "f32" else None),
         ):
-            jitted_for_platform = jax.jit(step_for_platform, **_placed_on(export_mesh()))
+            jitted_for_platform = jax.jit(
+                step_for_platform, **placed_on(export_mesh(), [s.shape for s in opt_specs])
+            )
             return jax.export.export(
                 jitted_for_platform, platforms=(platform,), disabled_checks=allowed
             )(*arguments)
-
-    def _placed_on(mesh: Any) -> dict[str, Any]:
-        """jit's shardings for a step on `mesh`: parameters whole, the batch and each
-        optimizer-state tensor split (see `split_state`); none on one device."""
-        if mesh is None:
-            return {}
-        from jax.sharding import NamedSharding, PartitionSpec
-
-        whole = NamedSharding(mesh, PartitionSpec())
-        split = NamedSharding(mesh, PartitionSpec(None, DATA_AXIS))
-        state = tuple(NamedSharding(mesh, split_state(s.shape, mesh.size)) for s in opt_specs)
-        return {
-            "in_shardings": (whole, state, split, split),
-            "out_shardings": (whole, state, whole),
-        }
 
     steps_per_call, batch_size, block_size = batch_shape
     return TrainProgram(

@@ -15,7 +15,8 @@ from pcp_core.config import PRECISIONS
 from pcp_core.models import Model, Params
 from pcp_core.program import layers, losses
 from pcp_core.program import precision as precisions
-from pcp_core.program.build import devices_at_hand, export_platform, on_each_device
+from pcp_core.program.build import export_platform
+from pcp_core.program.mesh import devices_at_hand, on_each_device
 
 log = structlog.get_logger(__name__)
 

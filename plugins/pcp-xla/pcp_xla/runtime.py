@@ -31,13 +31,8 @@ from pcp_core.backends import (
     DeviceReport,
     device_indices,
 )
-from pcp_core.program.build import (
-    DATA_AXIS,
-    PLATFORM_CUSTOM_CALLS,
-    TensorSpec,
-    conforming,
-    mesh_axis_types,
-)
+from pcp_core.program.build import PLATFORM_CUSTOM_CALLS, TensorSpec, conforming
+from pcp_core.program.mesh import data_mesh
 
 KIND = "xla-export"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # what jax.export lowers for
@@ -322,12 +317,10 @@ def _placements(exported: Any, devices: list[Any]) -> list[Any]:
     """Where each input of `exported` goes: on one device, there; on several, as the
     program's shardings say, over a mesh of `devices`."""
     import jax
-    from jax.sharding import Mesh
 
     if len(devices) == 1:
         return [jax.sharding.SingleDeviceSharding(devices[0])] * len(exported.in_avals)
-    mesh = Mesh(np.array(devices), (DATA_AXIS,), axis_types=mesh_axis_types())
-    return list(exported.in_shardings_jax(mesh))
+    return list(exported.in_shardings_jax(data_mesh(devices)))
 
 
 def _held(array: Any, spec: TensorSpec, placed: Any) -> bool:

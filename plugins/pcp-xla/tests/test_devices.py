@@ -16,7 +16,7 @@ TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "16
 # The reference program's first call on one device and on a mesh of two, from the same
 # parameters and batch; prints how far apart they end, and what the mesh compiled to.
 SHARDED_AGAINST_ONE = """
-import json
+import json, re
 import numpy as np
 from pcp_xla import BACKEND
 from pcp_xla.runtime import XLA
@@ -25,7 +25,7 @@ from pcp_core.testing.reference import BATCH, STEPS_PER_CALL, initial_params, re
 corpus, config, program = reference()
 params = initial_params(config)
 batch = corpus.batches("train", STEPS_PER_CALL, BATCH, config["block_size"], (0, 0))
-ends = []
+ends, rows = [], []
 for devices in (None, (0, 1)):
     artifact = XLA.build(program, BACKEND, "cpu", 1 if devices is None else len(devices))
     executor = XLA.open(artifact.data, BACKEND, program, devices)
@@ -34,6 +34,9 @@ for devices in (None, (0, 1)):
     losses = executor.run(*batch)
     state = executor.device_state()
     ends.append((losses, executor.params(), executor.opt_state()))
+    # the most rows a matrix product of the compiled step takes: batch x block on one device
+    products = re.findall(r"= f32\[(\d+),\d+\]\S* dot\(", executor._step.as_text())
+    rows.append(max(int(r) for r in products))
 placed = {len(a.devices()) for a in state}
 kept, moments = state[: len(program.param_specs)], state[len(program.param_specs) :]
 hlo = executor._step.as_text()
@@ -48,6 +51,7 @@ print(json.dumps({
     "moments_split": sum(a.addressable_shards[0].data.size * 2 == a.size for a in moments),
     "moments": len(moments),
     "all_reduce": "all-reduce" in hlo,
+    "product_rows": rows,
 }))
 """
 
@@ -75,6 +79,9 @@ def test_sharded_inner_steps_equal_one_device_at_the_same_batch() -> None:
     # whole on each, the optimizer's moments split between them (all but the step count)
     assert found["state_on_devices"] == [2] and found["all_reduce"]
     assert found["params_whole"] and found["moments_split"] == found["moments"] - 1
+    # every matrix product works on a device's half of the batch, not the whole
+    one, two = found["product_rows"]
+    assert two * 2 == one, found["product_rows"]
 
 
 # Where the exporting process has the devices a step is exported for (the shepherd of a
@@ -84,9 +91,8 @@ def test_sharded_inner_steps_equal_one_device_at_the_same_batch() -> None:
 EXPORT_MESH = """
 import json, sys
 import jax, jax.numpy as jnp, numpy as np
-from pcp_core.program.build import (
-    data_parallel, devices_at_hand, export_mesh, exporting_for, on_each_device,
-)
+from pcp_core.program.build import exporting_for
+from pcp_core.program.mesh import data_parallel, devices_at_hand, export_mesh, on_each_device
 with exporting_for("cpu", 2):
     found = {"mesh": type(export_mesh()).__name__, "at_hand": devices_at_hand()}
     if found["at_hand"]:
