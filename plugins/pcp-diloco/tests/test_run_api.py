@@ -2,7 +2,10 @@
 
 import json
 import math
+import threading
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -10,8 +13,29 @@ from pcp_core import run
 from pcp_core.config import ConfigError, RunConfig
 
 
+def rounds_recorded(run_dir: Path) -> int:
+    metrics = run_dir / "metrics.jsonl"
+    lines = metrics.read_text().splitlines() if metrics.exists() else []
+    return sum(1 for line in lines if '"round"' in line)
+
+
 @pytest.mark.slow
-def test_a_diloco_run_from_python(tmp_path: Path) -> None:
+def test_a_diloco_run_from_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Also: the shepherd writes a round's checkpoint off its round loop. Each write here
+    is held until the round's metrics record appears, which the loop writes after it
+    hands the checkpoint over: a write on the loop would wait out its deadline."""
+    from pcp_core.program.training import TrainingSetup
+
+    write, writes = TrainingSetup.save_checkpoint, []
+
+    def held(setup: TrainingSetup, run_dir: Path, params: Any, step: int, *rest: Any) -> None:
+        deadline = time.monotonic() + 20
+        while rounds_recorded(run_dir) < step // 10 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        writes.append((threading.current_thread().name, step, rounds_recorded(run_dir)))
+        write(setup, run_dir, params, step, *rest)
+
+    monkeypatch.setattr(TrainingSetup, "save_checkpoint", held)
     out = tmp_path / "run"
     config = RunConfig(
         algorithm="diloco",
@@ -22,6 +46,7 @@ def test_a_diloco_run_from_python(tmp_path: Path) -> None:
         **{"n_layer": 1, "n_head": 2, "n_embd": 64, "block_size": 32, "batch_size": 8},
     )
     summary = run.train(config, dashboard=False)
+    assert writes == [("checkpoint", step, step // 10) for step in (10, 20, 30, 40)]
     assert math.isfinite(summary["final_train_loss"])
     records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     rounds = [r for r in records if "round" in r]
