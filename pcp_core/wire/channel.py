@@ -8,6 +8,11 @@ its direction, over a sequence number and the message's whole content (its type,
 fields, and each tensor's name, dtype, shape and bytes). A changed, injected, replayed,
 reordered or dropped message fails the next check, and the connection is closed.
 
+A tensor's bytes enter the HMAC as the SHA-256 digests of their 4 MiB chunks, which
+several cores compute at once: one core hashes about 0.4 GB/s, so a stream over GPT-2
+small's 368 MB took 0.9 s a message on each side of every exchange. A digest stands for
+its chunk as SHA-256's collision resistance allows, as the chunks would in the HMAC.
+
 The keys are derived from the secret, both nonces and everything the two sides said in
 the join (the Hello and the Welcome), so a relay that altered any of those leaves the
 two ends with different keys, and the first sealed message fails.
@@ -15,9 +20,12 @@ two ends with different keys, and the first sealed message fails.
 
 import hashlib
 import hmac
+import os
 import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
+from functools import cache
 
 import numpy as np
 import structlog
@@ -35,6 +43,7 @@ log = structlog.get_logger(__name__)
 
 KEY_LABEL = b"pcp session key v1 "
 SEAL_FRAME_BYTES = 4096  # a Seal's frame is about a hundred bytes
+DIGEST_CHUNK_BYTES = 4 << 20  # a tensor's bytes are sealed as the digests of these
 
 
 class TamperedMessage(TransportError):
@@ -163,8 +172,22 @@ def _encoded(message: object, tensors: list[Tensor] | None = None) -> Iterator[b
         yield _item(b"n", tensor.name.encode())
         yield _item(b"d", array.dtype.name.encode())
         yield _item(b"s", ",".join(str(int(d)) for d in array.shape).encode())
-        yield b"x" + array.nbytes.to_bytes(8, "little")  # then the bytes themselves
-        yield memoryview(array.reshape(-1).view(np.uint8))
+        yield b"x" + array.nbytes.to_bytes(8, "little")  # then its bytes, as digests
+        yield chunk_digests(memoryview(array.reshape(-1).view(np.uint8)))
+
+
+def chunk_digests(data: memoryview) -> bytes:
+    """The SHA-256 digests of each DIGEST_CHUNK_BYTES of `data`, in order, computed by
+    several threads (hashlib lets go of the GIL while it hashes)."""
+    chunks = [data[i : i + DIGEST_CHUNK_BYTES] for i in range(0, len(data), DIGEST_CHUNK_BYTES)]
+    if len(chunks) <= 1:
+        return hashlib.sha256(data).digest()
+    return b"".join(_hashers().map(lambda chunk: hashlib.sha256(chunk).digest(), chunks))
+
+
+@cache
+def _hashers() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(min(8, os.cpu_count() or 1), thread_name_prefix="seal")
 
 
 def _value(value: object) -> Iterator[bytes]:

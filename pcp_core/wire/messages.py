@@ -27,7 +27,8 @@ import numpy as np
 # 6: a Result says where the worker's time went; a run may overlap rounds
 # 7: a pseudo-gradient may cross encoded (RunSettings.codec); a Result says how long that took
 # 8: a round may be a time budget (Assignment.budget_s)
-PROTOCOL_VERSION = 8
+# 9: a seal covers a tensor's bytes as the digests of its chunks (pcp_core.wire.channel)
+PROTOCOL_VERSION = 9
 
 
 @dataclass
