@@ -30,7 +30,7 @@ DEADLINES = ("--worker-timeout", "5", "--min-workers", "1")
 # and both idle less: in one CI run, rounds of 0.44 s gave 72% against 83% over the run,
 # where the overlapped run's idle time is mostly its first and last rounds, which no
 # overlap hides. So the check is on the rounds between those, whose idle time overlap
-# cuts to a fifth or less (28% against 3-6% in that run), wherever the compute time is.
+# cuts to a tenth or so (25% against 2% in that run), wherever the compute time is.
 OVERLAP_STEPS, OVERLAP_INNER_STEPS, OVERLAP_IDLE_RATIO = 1000, 100, 0.6
 SETTINGS = TrainingSettings(
     steps=40, inner_steps=10, seed=0, shepherd_flags=(*TINY, "--steps-per-call", "10")
