@@ -38,6 +38,10 @@ from pathlib import Path
 
 import nox
 
+# One OpenBLAS thread in every session, as `pcp` sets for itself (pcp_core/cli/__init__.py):
+# the tests that run a shepherd or workers inside pytest spin its idle threads otherwise.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 nox.options.default_venv_backend = "uv|virtualenv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.error_on_missing_interpreters = True
@@ -61,6 +65,9 @@ XDIST = ["-n", "auto", "--maxprocesses", "4"]
 # Tests with timeouts of seconds (`serial`): two at a time kept them passing here (2 cores)
 # in half the time of one at a time.
 PAIRS = ["-n", "2"]
+# The tag of sessions whose tests fill every core by themselves (xdist): scripts/nox_lanes.py
+# runs them alone and the others side by side.
+FILLS_CORES = "fills-cores"
 
 # What the repository provides, by kind; env-* checks the installed plugins agree.
 BACKENDS = {
@@ -151,7 +158,7 @@ def lint(session: nox.Session) -> None:
     session.run("ruff", "format", "--check", ".")
 
 
-@nox.session(python=PYTHON, tags=["tests"])
+@nox.session(python=PYTHON, tags=["tests", FILLS_CORES])
 def tests(session: nox.Session) -> None:
     """The core's tests, slow ones included; `nox -s tests -- ARGS` passes ARGS to pytest
     instead (`nox -s tests -- tests`: the quick ones)."""
@@ -164,8 +171,20 @@ def tests(session: nox.Session) -> None:
     in_phases(session, [*pytest, "tests"], env)
 
 
-@nox.session(python=PYTHON, tags=["plugins"], reuse_venv=False)  # nothing left from before
-@nox.parametrize("plugin", list(PACKAGES), ids=list(PACKAGES))
+def runs_on_xdist(name: str) -> bool:
+    """Whether the package's tests declare pytest-xdist: `plugin(NAME)` runs them then in
+    phases, most on every core (`in_phases`)."""
+    return "pytest-xdist" in map(requirement_name, declared(name, extras=True))
+
+
+@nox.session(python=PYTHON, reuse_venv=False)  # nothing left from before
+@nox.parametrize(
+    "plugin",
+    [
+        nox.param(name, id=name, tags=["plugins", *([FILLS_CORES] * runs_on_xdist(name))])
+        for name in PACKAGES
+    ],
+)
 def plugin(session: nox.Session, plugin: str) -> None:
     """One package on pcp-core alone plus what it declares; all its tests, slow included."""
     local, third_party = closure(plugin)
@@ -173,7 +192,7 @@ def plugin(session: nox.Session, plugin: str) -> None:
     session.install(*third_party)
     pytest = ["pytest", "-q", "-p", "no:cacheprovider", str(PACKAGES[plugin])]
     env = {"PCP_STRICT_PLUGINS": "1", "PCP_CACHE_DIR": compile_cache()}
-    if "pytest-xdist" not in map(requirement_name, declared(plugin, extras=True)):
+    if not runs_on_xdist(plugin):
         session.run(*pytest, "-m", "slow or not slow", env=env)
         return
     in_phases(session, pytest, env)  # its tests declare pytest-xdist
