@@ -142,7 +142,7 @@ def _cached_module(directory: Path, key: str) -> bytes | None:
     return vmfb
 
 
-def _write_atomically(path: Path, data: bytes) -> None:
+def write_atomically(path: Path, data: bytes) -> None:
     """Write `path` whole or not at all: a crash never leaves a truncated file there."""
     handle, partial = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".partial")
     try:
@@ -158,8 +158,8 @@ def _store_module(directory: Path, key: str, vmfb: bytes, description: dict[str,
     """Cache `vmfb` under `key`; its digest is written last, so it marks a whole entry."""
     record = {"key": key, "vmfb_sha256": hashlib.sha256(vmfb).hexdigest(), **description}
     try:
-        _write_atomically(directory / f"{key}.vmfb", vmfb)
-        _write_atomically(directory / f"{key}.json", json.dumps(record, indent=1).encode())
+        write_atomically(directory / f"{key}.vmfb", vmfb)
+        write_atomically(directory / f"{key}.json", json.dumps(record, indent=1).encode())
     except OSError as error:
         log.warning("could not write to the compile cache", path=str(directory), reason=str(error))
 

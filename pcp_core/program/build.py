@@ -16,6 +16,7 @@ import numpy as np
 
 from pcp_core.models import Model
 from pcp_core.optimizers import GradientTransformation
+from pcp_core.program import export_cache
 from pcp_core.program.mesh import data_parallel, export_mesh, exported_on, placed_on
 
 ENTRY_FUNCTION = "main"
@@ -150,11 +151,14 @@ def build_train_program(
     batch_size: int,
     seed: int = 0,
     precision: str = "f32",
+    identity: Mapping[str, Any] | None = None,
 ) -> TrainProgram:
     """Trace and export `steps_per_call` train steps over a [K, batch, block] stack.
 
     `precision` (see `pcp_core.program.precision`) is the model's compute precision; the
-    parameters, optimizer state and losses are float32 whatever it is.
+    parameters, optimizer state and losses are float32 whatever it is. With `identity`
+    (`export_cache.identity` of the model, optimizer and settings given here) the
+    StableHLO comes from the export cache where it holds this program.
     """
     import jax
     import jax.numpy as jnp
@@ -202,6 +206,7 @@ def build_train_program(
         opt_specs,
         (steps_per_call, batch_size, model_config["block_size"]),
         precision,
+        identity,
         init_opt_state=lambda params: [np.asarray(a) for a in init_opt(tuple(params))],
         # The K steps unrolled, for the IREE backends that ask for it
         # (`Backend.unroll_steps`). As a loop, on a GPU each pass copies every parameter
@@ -222,11 +227,13 @@ def build_eval_program(
     batch_size: int,
     seed: int = 0,
     precision: str = "f32",
+    identity: Mapping[str, Any] | None = None,
 ) -> TrainProgram:
     """The loss of each of `batches` batches, exported like a train program whose step
     changes nothing: the parameters come back as they went in, there is no optimizer
     state, and the "losses" are one per batch. So every runtime builds and runs it as it
     does training, and validation runs on a backend's device, not in JAX on the host.
+    `identity`: as for `build_train_program`.
     """
     import jax
 
@@ -246,6 +253,7 @@ def build_eval_program(
         [],
         (batches, batch_size, model_config["block_size"]),
         precision,
+        identity,
         init_opt_state=lambda params: [],
     )
 
@@ -265,14 +273,23 @@ def _exported(
     opt_specs: list[TensorSpec],
     batch_shape: tuple[int, int, int],
     precision: str,
+    identity: Mapping[str, Any] | None,
     init_opt_state: Callable[[list[np.ndarray]], list[np.ndarray]],
     unrolled_step: Callable | None = None,
 ) -> TrainProgram:
     """`step(params, opt_state, inputs, targets)` jitted and exported for [K, batch,
     block] token stacks; `unrolled_step`, the same computation without the loop, is
-    exported when a backend first asks for it."""
+    exported when a backend first asks for it. Both texts go through the export cache
+    where there is an `identity`."""
     import jax
     import jax.numpy as jnp
+
+    shapes = {"step": step.__qualname__, "params": param_specs, "opt": opt_specs}
+    shapes |= {"batch": batch_shape, "precision": precision}
+
+    def cached(form: str, export: Callable[[], str]) -> str:
+        key_parts = None if identity is None else {**identity, **shapes, "form": form}
+        return export_cache.stablehlo(key_parts, export)
 
     def abstract(specs: list[TensorSpec]) -> tuple[Any, ...]:
         return tuple(jax.ShapeDtypeStruct(s.shape, s.dtype) for s in specs)
@@ -284,12 +301,13 @@ def _exported(
         jax.ShapeDtypeStruct(batch_shape, jnp.int32),
     )
     jitted = jax.jit(step)
-    exported = jax.export.export(jitted)(*arguments)
+
+    def exported(function: Callable) -> Callable[[], str]:
+        return lambda: without_locations(jax.export.export(function)(*arguments).mlir_module())
 
     @functools.cache
     def unrolled() -> str:
-        exported_unrolled = jax.export.export(jax.jit(unrolled_step))(*arguments)
-        return without_locations(exported_unrolled.mlir_module())
+        return cached("unrolled", exported(jax.jit(unrolled_step)))
 
     def export_for(platform: str, devices: int = 1) -> Any:
         """The step for `platform`, on one device or on a mesh of `devices`: the batch
@@ -326,7 +344,7 @@ def _exported(
 
     steps_per_call, batch_size, block_size = batch_shape
     return TrainProgram(
-        stablehlo=without_locations(exported.mlir_module()),
+        stablehlo=cached("loop", exported(jitted)),
         param_specs=param_specs,
         opt_specs=opt_specs,
         steps_per_call=steps_per_call,

@@ -13,7 +13,7 @@ from pcp_core.config_file import to_dict
 from pcp_core.data.text import Corpus
 from pcp_core.models import Model
 from pcp_core.optimizers import InnerSettings
-from pcp_core.program import checkpoint
+from pcp_core.program import checkpoint, export_cache
 from pcp_core.program.build import TrainProgram, build_eval_program, build_train_program
 from pcp_core.program.evaluation import Evaluator
 from pcp_core.program.footprint import Footprint, estimate, human_count, parameter_shapes
@@ -162,14 +162,17 @@ def prepare(
     trainer_names = [config.backend] if trainers is None else trainers
     backends = [plugins.backend(name) for name in trainer_names]
     require_memory(footprint, backends, shepherd, evaluation_bytes)
+    settings = inner_settings(config)
+    identity = export_cache.identity(model, optimizer, model_config, settings)
     program = build_train_program(
         model,
         model_config,
-        optimizer.build(inner_settings(config)),
+        optimizer.build(settings),
         steps_per_call=config.steps_per_call,
         batch_size=config.batch_size,
         seed=config.seed,
         precision=config.precision,
+        identity=identity,
     )
     log_model(config, model_config, program)
 
@@ -181,6 +184,7 @@ def prepare(
             config.batch_size,
             seed=config.seed,
             precision=config.precision,
+            identity=identity,
         )
 
     evaluator = Evaluator(build_evaluation, *resolve_backend(config, plugins), config.device)
