@@ -118,9 +118,19 @@ def loss_figure(records: list[dict[str, Any]], title: str) -> "Figure":
 
     diloco = any("round" in r for r in records)
     height = DILOCO_HEIGHT_PX if diloco else LOCAL_HEIGHT_PX
-    figure = Figure(figsize=(WIDTH_PX / DPI, height / DPI), dpi=DPI, layout="constrained")
+    figure = Figure(figsize=(WIDTH_PX / DPI, height / DPI), dpi=DPI)
     FigureCanvasAgg(figure)
     figure.suptitle(title, fontsize="x-large")
+    # Fixed margins, in pixels, for the fixed sizes: a layout engine measures every label
+    # and draws the figure twice (a DiLoCo run's plot: 0.80 s of CPU with one, 0.45 s).
+    figure.subplots_adjust(
+        left=80 / WIDTH_PX,
+        right=1 - 70 / WIDTH_PX,  # the utilisation axis's labels, right of the time panel
+        top=1 - 55 / height,
+        bottom=55 / height,
+        hspace=0.35,
+        wspace=0.22,
+    )
     if diloco:
         axes = figure.subplot_mosaic([["loss", "loss"], ["bytes", "time"]], height_ratios=[3, 2])
         _loss_panel(axes["loss"], records)
