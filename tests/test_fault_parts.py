@@ -329,3 +329,49 @@ def test_a_lost_inner_state_is_said(tmp_path, keep: int, asked: int, says: str) 
     with capture_logs() as logs:
         inner.prepare(asked)
     assert any(says in entry["event"] for entry in logs), logs
+
+
+def test_a_rounds_inner_state_is_written_beside_what_follows(tmp_path, monkeypatch) -> None:
+    """`finished` copies the round's state and returns while a thread of its own
+    ("inner-state") writes it: the next round may change the device's state meanwhile.
+    Reading the store (a round that must restore) and `saved` (the worker's end) wait
+    for the write."""
+    from pcp_core.worker.session import InnerState, WorkerSession
+    from pcp_core.worker.state import InnerStateStore
+
+    executor = StateOnly()
+    session = WorkerSession(0, executor, None, WorkerSettings("local", "run", 3))
+    store = InnerStateStore(tmp_path)
+    release, writers = threading.Event(), []
+    write = store.save
+
+    def held(*args: object) -> None:
+        writers.append(threading.current_thread().name)
+        assert release.wait(30)
+        write(*args)
+
+    monkeypatch.setattr(store, "save", held)
+    inner = InnerState(session, store, "run")
+    executor.state = [np.full(2, 7, np.float32)]
+    inner.finished(0)  # returns with the write held
+    executor.state = [np.full(2, 8, np.float32)]  # the next round moves on
+    assert writers == ["inner-state"] and store.newest_round("run") is None
+
+    inner.after_round = None  # round 1 asked again: its state comes from the store
+    restoring = threading.Thread(target=inner.prepare, args=(1,))
+    restoring.start()
+    restoring.join(0.5)
+    assert restoring.is_alive(), "read the store before the write in flight ended"
+    release.set()
+    restoring.join(30)
+    np.testing.assert_array_equal(executor.state[0], np.full(2, 7, np.float32))
+
+    release.clear()
+    inner.finished(1)
+    ending = threading.Thread(target=inner.saved)
+    ending.start()
+    ending.join(0.5)
+    assert ending.is_alive(), "the worker would end before its last state is written"
+    release.set()
+    ending.join(30)
+    assert store.newest_round("run") == 1

@@ -202,10 +202,13 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         session = WorkerSession(welcome.worker_index, executor, corpus, settings)
         worker_round: WorkerRound = plugins.algorithm(settings.algorithm).worker_round
         inner = InnerState(session, store, settings.run_id)
-        if settings.overlap:
-            OverlappedRounds(conn, session, worker_round, inner).serve()
-        else:
-            serve(conn, session, worker_round, inner)
+        try:
+            if settings.overlap:
+                OverlappedRounds(conn, session, worker_round, inner).serve()
+            else:
+                serve(conn, session, worker_round, inner)
+        finally:
+            inner.saved()  # the last round's state on disk before the worker goes
     finally:
         conn.close()
 

@@ -310,7 +310,9 @@ class XlaExecutor:
         return [a.copy() for a in self._params or ()]
 
     def opt_state(self) -> list[np.ndarray]:
-        return [np.asarray(a) for a in self._opt_state or ()]
+        """Host copies: a worker writes them to disk while the next call runs, and on
+        the CPU `np.asarray` would be a view of what that call's donation writes over."""
+        return [np.array(a, copy=True) for a in self._opt_state or ()]
 
 
 def _placements(exported: Any, devices: list[Any]) -> list[Any]:
