@@ -31,6 +31,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from pcp_core.codecs import Codec, CodecError, decode_tensor
+from pcp_core.parallel import pieces
 from pcp_core.program.build import TensorSpec
 from pcp_core.wire.messages import Result
 from pcp_core.wire.transport import TensorHeader, TransportError
@@ -41,7 +42,6 @@ STEP_NORM_POWER = 0.75  # norms compare over steps^this (`step_norm`)
 NORM_REFERENCE_ROUNDS = 3  # accepted norms of this many earlier rounds count as reference
 MIN_REFERENCE_NORMS = 3  # below this many reference norms, no norm is refused
 NORM_MATCH = 1e-3  # relative tolerance between the announced and the actual norm
-NORM_CHUNK = 1 << 20  # elements a norm converts to float64 at a time (8 MiB)
 
 
 class BadResult(ValueError):
@@ -200,7 +200,7 @@ def check_delta(arrays: list[np.ndarray], received: int, announced_norm: float) 
     """A received pseudo-gradient: complete, finite, with the norm its Result announced."""
     if received != len(arrays):
         raise BadResult(f"incomplete result: {received} of {len(arrays)} tensors")
-    if not all(np.isfinite(array).all() for array in arrays):
+    if not all_finite(arrays):
         raise NonFinite("pseudo-gradient holds NaN or Inf")
     norm = delta_norm(arrays)
     if abs(norm - announced_norm) > NORM_MATCH * max(norm, announced_norm, 1e-30):
@@ -212,14 +212,29 @@ def check_delta(arrays: list[np.ndarray], received: int, announced_norm: float) 
 def delta_norm(arrays: list[np.ndarray]) -> float:
     """The norm a worker announces for its pseudo-gradient, summed in float64: float32
     squares overflow to Inf from values of about 1e19, and Inf compares equal to any
-    announced Inf-sized norm. Chunks keep the float64 copies small."""
-    total = 0.0
-    for array in arrays:
-        flat = array.reshape(-1)
-        for start in range(0, flat.size, NORM_CHUNK):
-            chunk = flat[start : start + NORM_CHUNK].astype(np.float64)
-            total += float(np.dot(chunk, chunk))
-    return math.sqrt(total)
+    announced Inf-sized norm. Pieces (`pcp_core.parallel`) keep the float64 copies
+    small; their squares are added in order, so the norm does not depend on threads."""
+    return math.sqrt(sum(pieces(_squares, _contiguous(arrays))))
+
+
+def difference_norm(new: list[np.ndarray], old: list[np.ndarray]) -> float:
+    """`delta_norm` of new - old, without a model-sized copy of the difference."""
+    return math.sqrt(sum(pieces(lambda a, b: _squares(a - b), new, old)))
+
+
+def _squares(piece: np.ndarray) -> float:
+    wide = piece.astype(np.float64)
+    return float(np.dot(wide, wide))
+
+
+def all_finite(arrays: list[np.ndarray]) -> bool:
+    finite = pieces(lambda piece: bool(np.isfinite(piece).all()), _contiguous(arrays))
+    return all(finite)
+
+
+def _contiguous(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """Arrays only read, as `pieces` takes them (a copy only of one that is not)."""
+    return [np.ascontiguousarray(array) for array in arrays]
 
 
 class RunningSum:
@@ -245,12 +260,20 @@ class RunningSum:
             indices = range(len(self.sums))
         if weight < 1:
             raise ValueError(f"a delta's weight is a positive integer, not {weight}")
+        times = np.float64(weight)
         with self._lock:
-            for index, array in zip(indices, arrays, strict=True):
-                self.sums[index] += array if weight == 1 else np.float64(weight) * array
+            pieces(
+                lambda total, piece: np.add(total, piece if weight == 1 else times * piece, total),
+                [self.sums[index] for index in indices],
+                _contiguous(arrays),
+            )
             self.weight += weight
 
     def mean_into(self, means: list[np.ndarray]) -> None:
         """The weighted mean of the deltas added, rounded into the float32 arrays `means`."""
-        for total, mean in zip(self.sums, means, strict=True):
-            np.multiply(total, 1.0 / self.weight, out=mean, casting="same_kind")
+        scale = 1.0 / self.weight
+        pieces(
+            lambda total, mean: np.multiply(total, scale, mean, casting="same_kind"),
+            self.sums,
+            means,
+        )

@@ -26,7 +26,8 @@ from collections.abc import Mapping
 import numpy as np
 
 from pcp_core.optimizers import OuterStep
-from pcp_core.shepherd.aggregation import delta_norm
+from pcp_core.parallel import pieces
+from pcp_core.shepherd.aggregation import all_finite, delta_norm, difference_norm
 
 STEP_RATIO = 10.0
 FIRST_STEP_RATIO = 100.0
@@ -43,17 +44,22 @@ class StepGuard:
 
     def keep(self, params: list[np.ndarray], outer_state: Mapping[str, np.ndarray]) -> None:
         """Copy the state an outer step is about to change."""
-        for kept, param in zip(self._params, params, strict=True):
-            np.copyto(kept, param)
-        self._outer = {name: np.array(array, copy=True) for name, array in outer_state.items()}
+        for name, array in outer_state.items():
+            kept = self._outer.get(name)
+            if kept is None or kept.shape != array.shape or kept.dtype != array.dtype:
+                self._outer[name] = np.empty_like(array, order="C")
+        self._outer = {name: self._outer[name] for name in outer_state}
+        names = list(outer_state)
+        sources = [*params, *(np.ascontiguousarray(outer_state[n]) for n in names)]
+        pieces(np.copyto, [*self._params, *(self._outer[n] for n in names)], sources)
 
     def judge(self, params: list[np.ndarray], reference: bool = True) -> str | None:
         """Why the step from the kept parameters to `params` is implausible, or None (and
         then its norm joins the history, unless it is no `reference` for later steps:
         a streaming fragment's first, which covers fewer inner steps than the rest)."""
-        if not all(np.isfinite(p).all() for p in params):
+        if not all_finite(params):
             return "the outer step made the global parameters non-finite"
-        step = delta_norm([new - old for new, old in zip(params, self._params, strict=True)])
+        step = difference_norm(params, self._params)
         if self._steps:
             limit = STEP_RATIO * statistics.median(self._steps)
             what = f"{STEP_RATIO:g}x the median of the last steps ({limit / STEP_RATIO:.4g})"
@@ -69,8 +75,7 @@ class StepGuard:
 
     def restore(self, params: list[np.ndarray], outer_step: OuterStep) -> None:
         """Put the kept parameters and outer optimizer state back."""
-        for param, kept in zip(params, self._params, strict=True):
-            np.copyto(param, kept)
+        pieces(np.copyto, params, self._params)
         outer_step.load_state(self._outer)
 
 

@@ -20,16 +20,14 @@ two ends with different keys, and the first sealed message fails.
 
 import hashlib
 import hmac
-import os
 import threading
 from collections.abc import Iterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, fields
-from functools import cache
 
 import numpy as np
 import structlog
 
+from pcp_core.parallel import pool
 from pcp_core.wire.messages import Hello, Message, Seal, Tensor, Welcome, tensors_of
 from pcp_core.wire.transport import (
     Connection,
@@ -182,12 +180,7 @@ def chunk_digests(data: memoryview) -> bytes:
     chunks = [data[i : i + DIGEST_CHUNK_BYTES] for i in range(0, len(data), DIGEST_CHUNK_BYTES)]
     if len(chunks) <= 1:
         return hashlib.sha256(data).digest()
-    return b"".join(_hashers().map(lambda chunk: hashlib.sha256(chunk).digest(), chunks))
-
-
-@cache
-def _hashers() -> ThreadPoolExecutor:
-    return ThreadPoolExecutor(min(8, os.cpu_count() or 1), thread_name_prefix="seal")
+    return b"".join(pool().map(lambda chunk: hashlib.sha256(chunk).digest(), chunks))
 
 
 def _value(value: object) -> Iterator[bytes]:

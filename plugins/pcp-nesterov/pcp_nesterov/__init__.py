@@ -9,6 +9,7 @@ import numpy as np
 
 from pcp_core import hookimpl
 from pcp_core.optimizers import OuterOptimizer, OuterSettings
+from pcp_core.parallel import pieces
 
 PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
@@ -20,12 +21,15 @@ class NesterovStep:
         self.buffers = [np.zeros_like(p, dtype=np.float32) for p in params]
 
     def __call__(self, params: list[np.ndarray], delta: list[np.ndarray]) -> None:
-        for theta, d, b in zip(params, delta, self.buffers, strict=True):
-            b *= self.momentum
-            b += d
-            # θ −= η·(Δ + μ·b), without a temporary the size of the model
-            theta -= self.lr * d
-            theta -= (self.lr * self.momentum) * b
+        delta = [np.ascontiguousarray(d, dtype=np.float32) for d in delta]
+        pieces(self._step, params, delta, self.buffers)  # on the host's cores, a piece each
+
+    def _step(self, theta: np.ndarray, d: np.ndarray, b: np.ndarray) -> None:
+        b *= self.momentum
+        b += d
+        # θ −= η·(Δ + μ·b), without a temporary larger than a piece
+        theta -= self.lr * d
+        theta -= (self.lr * self.momentum) * b
 
     def state(self) -> dict[str, np.ndarray]:
         return {f"momentum.{i}": b for i, b in enumerate(self.buffers)}

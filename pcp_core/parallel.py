@@ -1,0 +1,55 @@
+"""Passes over a model's tensors on several of the host's cores.
+
+numpy and hashlib let go of the GIL inside their loops, so a pass over every tensor of
+a model (a shepherd's checks, norms, sums and outer step; a message's seal) runs on a
+pool of threads, a piece of at most `PIECE` elements each: GPT-2 small's embedding
+alone is a third of the model, and whole tensors would leave the other threads idle.
+On one H100 machine these passes took about 1.2 s of a GPT-2 small round on one core
+(benchmarks/results/gpu/round-overheads/).
+
+A function given to `pieces` must not call `pieces` itself: the pool's threads would
+wait on work queued behind them.
+"""
+
+import os
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from functools import cache
+from typing import Any, TypeVar
+
+import numpy as np
+
+PIECE = 1 << 20  # elements of a piece (4 MiB of float32, 8 MiB once in float64)
+MAX_THREADS = 8
+
+T = TypeVar("T")
+
+
+@cache
+def pool() -> ThreadPoolExecutor:
+    """The host's pool: one thread a core, at most MAX_THREADS."""
+    return ThreadPoolExecutor(min(MAX_THREADS, os.cpu_count() or 1), thread_name_prefix="pcp-host")
+
+
+def pieces(function: Callable[..., T], *tensor_lists: Sequence[np.ndarray]) -> list[T]:
+    """`function(a, b, ...)` on each piece of the tensors of `tensor_lists` (lists of
+    C-contiguous arrays, the same shapes from one list to the next), side by side; its
+    results in order, tensor by tensor and piece by piece. A piece is a flat view, so
+    a function that writes into one (`out=`) writes into its tensor."""
+    flat = [[_flat(array) for array in arrays] for arrays in tensor_lists]
+    jobs = []
+    for arrays in zip(*flat, strict=True):
+        size = arrays[0].size
+        if any(array.size != size for array in arrays):
+            raise ValueError(f"tensors of {[a.size for a in arrays]} elements do not pair up")
+        for start in range(0, size, PIECE) if size else ():
+            jobs.append([array[start : start + PIECE] for array in arrays])
+    if len(jobs) <= 1:
+        return [function(*job) for job in jobs]
+    return list(pool().map(lambda job: function(*job), jobs))
+
+
+def _flat(array: Any) -> np.ndarray:
+    if not isinstance(array, np.ndarray) or not array.flags.c_contiguous:
+        raise ValueError("pieces() needs C-contiguous numpy arrays: a flat copy hides writes")
+    return array.reshape(-1)
