@@ -3,16 +3,7 @@
 # one thread (pcp's default since 7af202f) and on 16 (OPENBLAS_NUM_THREADS=16, as it was:
 # one a core here), alternating 1, 16, 1, 16.
 set -u
-export PYTHONUNBUFFERED=1 JAX_COMPILATION_CACHE_DIR=/tmp/jaxcache
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade \
-    --target /tmp/site .device/rt/whl/*.whl || exit 1
-export PYTHONPATH=$(python3 scripts/register_checkout.py /tmp/reg):$PWD/.whl/site:/tmp/site:$PWD/benchmarks
-log=$OUT/log.txt
-nvidia-smi --query-gpu=index,name --format=csv >> $log 2>&1
-nproc >> $log
-FLAGS="--data .device/stdlib --model-size gpt2-small --precision bf16 --steps 400 --inner-steps 100
-       --steps-per-call 10 --lr 6e-4 --warmup-steps 30 --eval-every 100 --seed 0"
+source benchmarks/results/gpu/round-overheads/device_env.sh
 for name in blas1 blas16 blas1b blas16b; do
   threads=${name#blas}; threads=${threads%b}
   OPENBLAS_NUM_THREADS=$threads timeout 200 python3 benchmarks/multi_gpu.py run --batch 16 \
