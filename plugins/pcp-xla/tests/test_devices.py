@@ -15,7 +15,7 @@ TINY = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "16
 
 # The reference program's first call on one device and on a mesh of two, from the same
 # parameters and batch; prints how far apart they end, and what the mesh compiled to.
-SHARDED_AGAINST_ONE = """
+SHARDED_AGAINST_ONE = r"""
 import json, re
 import numpy as np
 from pcp_xla import BACKEND
