@@ -21,6 +21,9 @@ import numpy as np
 
 PIECE = 1 << 20  # elements of a piece (4 MiB of float32, 8 MiB once in float64)
 MAX_THREADS = 8
+# Below this many pieces' worth of elements a pass runs in the calling thread: a small
+# model's pass takes less than handing it to other threads would.
+PARALLEL_FROM = 4
 
 T = TypeVar("T")
 
@@ -37,14 +40,15 @@ def pieces(function: Callable[..., T], *tensor_lists: Sequence[np.ndarray]) -> l
     results in order, tensor by tensor and piece by piece. A piece is a flat view, so
     a function that writes into one (`out=`) writes into its tensor."""
     flat = [[_flat(array) for array in arrays] for arrays in tensor_lists]
-    jobs = []
+    jobs, elements = [], 0
     for arrays in zip(*flat, strict=True):
         size = arrays[0].size
         if any(array.size != size for array in arrays):
             raise ValueError(f"tensors of {[a.size for a in arrays]} elements do not pair up")
+        elements += size
         for start in range(0, size, PIECE) if size else ():
             jobs.append([array[start : start + PIECE] for array in arrays])
-    if len(jobs) <= 1:
+    if elements < PARALLEL_FROM * PIECE:
         return [function(*job) for job in jobs]
     return list(pool().map(lambda job: function(*job), jobs))
 

@@ -2,6 +2,7 @@
 results as one pass, in order, writes reaching the tensors, and clear errors."""
 
 import math
+import threading
 
 import numpy as np
 import pytest
@@ -26,6 +27,15 @@ def test_results_come_in_order_tensor_by_tensor_and_piece_by_piece() -> None:
     arrays = tensors(0)
     sizes = parallel.pieces(lambda piece: piece.size, arrays)
     assert sizes == [1000, 1000, 1000, 500, 3, 1000, 1000, 501]
+
+
+def test_large_passes_go_to_the_pool_and_small_ones_stay_in_the_calling_thread() -> None:
+    def where(piece: np.ndarray) -> str:
+        return threading.current_thread().name
+
+    assert any(name.startswith("pcp-host") for name in parallel.pieces(where, tensors(0)))
+    small = [np.zeros(3999, np.float32)]  # under PARALLEL_FROM pieces' worth
+    assert parallel.pieces(where, small) == [threading.current_thread().name] * 4
 
 
 def test_the_norm_is_the_sum_of_the_pieces_in_order_whatever_the_threads() -> None:
