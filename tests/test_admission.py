@@ -2,7 +2,9 @@
 (backend, arch), none of them under a lock that other joins wait on, and only what the
 shepherd serves."""
 
+import queue
 import threading
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -11,6 +13,7 @@ import pytest
 from pcp_core.backends import Backend
 from pcp_core.shepherd import admission
 from pcp_core.shepherd.admission import Admission
+from pcp_core.shepherd.builds import Builds
 
 
 class FakeRuntime:
@@ -101,3 +104,48 @@ def test_what_the_shepherd_serves(
     else:
         with pytest.raises(ValueError, match=refusal):
             joins._check_served(backend_name, arch)
+
+
+def test_an_ending_shepherd_waits_for_the_builds_in_flight() -> None:
+    """jax aborts the process when it exits while another thread is inside it: a
+    shepherd stopped mid-export (Ctrl-C) first lets the export finish."""
+    builds, inside, finished = Builds(), threading.Event(), []
+
+    def build() -> None:
+        with builds.running():
+            inside.set()
+            time.sleep(0.5)
+            finished.append(True)
+
+    threading.Thread(target=build).start()
+    assert inside.wait(10)
+    builds.end(grace_s=30)
+    assert finished == [True]
+    builds.end(grace_s=30)  # nothing in flight: returns at once
+
+
+@pytest.mark.parametrize("being_served", [True, False])
+def test_the_join_timeout_spares_a_worker_being_served(being_served: bool) -> None:
+    """A worker that connected while its program compiles has joined in all but name: the
+    join timeout does not give up on it; with no one being served, it does."""
+    from pcp_core.shepherd.session import NotEnoughWorkers, Shepherd
+
+    serving = threading.Event()
+    if being_served:
+        serving.set()
+    joins = SimpleNamespace(joined=queue.Queue(), joining=serving.is_set)
+    link = SimpleNamespace(index=0, hello=SimpleNamespace(worker_name="w0"))
+
+    def served_late() -> None:
+        time.sleep(1.5)  # past the 0.3 s timeout
+        joins.joined.put(link)
+        serving.clear()
+
+    threading.Thread(target=served_late, daemon=True).start()
+    shepherd = Shepherd(joins)  # type: ignore[arg-type]
+    if being_served:
+        shepherd.wait_for_workers(1, timeout_s=0.3)
+        assert shepherd.links == {0: link}
+    else:
+        with pytest.raises(NotEnoughWorkers, match="only 0 of 1 workers connected within 0 s"):
+            shepherd.wait_for_workers(1, timeout_s=0.3)

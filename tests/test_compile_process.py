@@ -1,7 +1,9 @@
 """The IREE compiler runs as a child that is restarted when it deadlocks (IREE 3.13
 does, now and then) and whose errors reach the user."""
 
+import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -9,7 +11,13 @@ import pytest
 from structlog.testing import capture_logs
 
 from pcp_core.iree import compile_process
-from pcp_core.iree.compile_process import CompilerFailed, CompilerHung, run_compiler
+from pcp_core.iree.compile_process import (
+    CompilerFailed,
+    CompilerHung,
+    CompilerStopped,
+    run_compiler,
+    stop_compilers,
+)
 
 # A stand-in for a compiler that deadlocks on its first `hangs` runs: it blocks at 0%
 # CPU, as IREE's threads do, then writes its output.
@@ -120,6 +128,73 @@ def test_a_hung_compiler_is_killed_with_the_processes_it_started(
     assert len(pids) == 3
     for pid in pids:
         assert ended(pid), f"process {pid} is still running"
+
+
+# A compiler that starts a linker, says both pids, and waits: stopped from outside only.
+WAITING_COMPILER = (
+    "import os, subprocess, sys, time\n"
+    "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(3600)'])\n"
+    "with open(sys.argv[1], 'a') as f: f.write(f'{os.getpid()} {child.pid}\\n')\n"
+    "time.sleep(3600)"
+)
+
+
+def started_pids(path: Path, count: int) -> list[int]:
+    """The pids the waiting compiler wrote to `path`, once `count` are there."""
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pids = path.read_text().split() if path.exists() else []
+        if len(pids) == count:
+            return [int(pid) for pid in pids]
+        time.sleep(0.05)
+    raise AssertionError(f"the compiler never wrote {count} pids to {path}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_compile_on_another_thread_is_stopped_with_what_it_started(
+    tmp_path: Path, source: Path
+) -> None:
+    """A shepherd ending (Ctrl-C) stops the compiles its admission threads wait for."""
+    started, raised = tmp_path / "started", []
+
+    def compile_() -> None:
+        try:
+            run_compiler([sys.executable, "-c", WAITING_COMPILER, str(started)], source, started)
+        except CompilerStopped as error:
+            raised.append(error)
+
+    thread = threading.Thread(target=compile_)
+    thread.start()
+    pids = started_pids(started, 2)
+    stop_compilers({threading.get_ident()})  # another thread's compile is left alone
+    thread.join(1)
+    assert thread.is_alive()
+    stop_compilers({thread.ident})
+    thread.join(30)
+    assert not thread.is_alive() and len(raised) == 1
+    assert all(ended(pid) for pid in pids), "the compiler or its linker is still running"
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_compile_on_a_daemon_thread_ends_with_the_process(tmp_path: Path) -> None:
+    """The compiler runs in a session of its own, out of a terminal's Ctrl-C: the
+    process that started it must not leave it running when it exits."""
+    started, source = tmp_path / "started", tmp_path / "program.mlir"
+    source.write_text("module {}")
+    exits_mid_compile = (
+        "import sys, threading, time\n"
+        "from pathlib import Path\n"
+        "from pcp_core.iree.compile_process import run_compiler\n"
+        "command = [sys.executable, '-c', sys.argv[1], sys.argv[2]]\n"
+        "compile_ = lambda: run_compiler(command, Path(sys.argv[3]), Path(sys.argv[2]))\n"
+        "threading.Thread(target=compile_, daemon=True).start()\n"
+        "while not Path(sys.argv[2]).exists() or len(Path(sys.argv[2]).read_text().split()) < 2:\n"
+        "    time.sleep(0.05)\n"
+    )
+    script = [sys.executable, "-c", exits_mid_compile, WAITING_COMPILER, str(started), str(source)]
+    subprocess.run(script, check=True, timeout=60)
+    pids = started_pids(started, 2)
+    assert all(ended(pid) for pid in pids), "a compiler outlived the process that started it"
 
 
 def ended(pid: int, within_s: float = 10.0) -> bool:

@@ -9,13 +9,20 @@ used less than `MIN_PROGRESS_SECONDS` of CPU in `STALL_SECONDS` is killed with
 everything it started, and the compile starts again, at most `ATTEMPTS` times. A
 compiler at work keeps a core busy. Where there is no /proc (macOS, Windows) the child
 is simply waited for.
+
+A compiler runs in a session of its own, so a terminal's Ctrl-C does not reach it: a
+compile the main thread waits for is killed as the interrupt unwinds, and one that
+another thread started (a shepherd compiling for a joining worker) is ended by
+`stop_compilers`, or when this process exits, not left running as an orphan.
 """
 
+import atexit
 import contextlib
 import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -35,6 +42,31 @@ class CompilerFailed(RuntimeError):
 
 class CompilerHung(RuntimeError):
     """The compiler deadlocked on every attempt."""
+
+
+class CompilerStopped(CompilerFailed):
+    """The compiler was stopped from outside (`stop_compilers`): its process is ending."""
+
+
+_running: dict[int, tuple[int, subprocess.Popen]] = {}  # by pid: (starting thread, child)
+_stopped: set[int] = set()  # pids `stop_compilers` killed
+_running_lock = threading.Lock()
+
+
+def stop_compilers(threads: set[int] | None = None) -> None:
+    """Kill the compilers running for `threads` (their `threading.get_ident()`; all of
+    them by default), each with the processes it started; their callers get
+    `CompilerStopped`."""
+    with _running_lock:
+        chosen = [
+            child for thread, child in _running.values() if threads is None or thread in threads
+        ]
+        _stopped.update(child.pid for child in chosen)
+    for child in chosen:
+        kill(child)
+
+
+atexit.register(stop_compilers)  # a compile on a daemon thread must not outlive us
 
 
 def iree_compile_command(output: Path, target: str, flags: list[str]) -> list[str]:
@@ -124,6 +156,8 @@ def run_once(command: list[str], source: Path, stall_seconds: float) -> tuple[in
             stderr=stderr,
             start_new_session=True,
         )
+        with _running_lock:
+            _running[child.pid] = (threading.get_ident(), child)
         last_cpu, last_progress = None, time.monotonic()
         try:
             while not finished_within(child, POLL_SECONDS):
@@ -136,6 +170,11 @@ def run_once(command: list[str], source: Path, stall_seconds: float) -> tuple[in
         finally:
             if child.poll() is None:  # interrupted: take the compiler down with us
                 kill(child)
+            with _running_lock:
+                _running.pop(child.pid, None)
+                if child.pid in _stopped:
+                    _stopped.discard(child.pid)
+                    raise CompilerStopped("the compiler was stopped: this process is ending")
         stderr.seek(0)
         return child.returncode, stderr.read().decode(errors="replace")
 

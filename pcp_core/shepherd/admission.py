@@ -37,6 +37,7 @@ from pcp_core.data.shard_transfer import (
 )
 from pcp_core.program.training import TrainingSetup
 from pcp_core.registry import UnknownNameError
+from pcp_core.shepherd.builds import Builds
 from pcp_core.watch.run_status import RunStatus
 from pcp_core.wire import auth
 from pcp_core.wire.channel import SealedConnection, session_keys
@@ -94,6 +95,7 @@ class Admission:
     shards_fetched: dict[int, list[str]] = field(default_factory=dict)  # by worker index
     stop_late: Callable[[], None] = lambda: None  # stops links that joined while closing
     status: RunStatus = field(default_factory=lambda: RunStatus(log_progress=False))
+    builds: Builds = field(default_factory=Builds)  # ended by `close`
     _programs: dict[tuple[str, str], "Future[Artifact]"] = field(default_factory=dict)
     _compile_lock: threading.Lock = field(default_factory=threading.Lock)
     _unproven: "collections.OrderedDict[int, Connection]" = field(
@@ -102,12 +104,19 @@ class Admission:
     _unproven_lock: threading.Lock = field(default_factory=threading.Lock)
     _index_lock: threading.Lock = field(default_factory=threading.Lock)
     _reserved: set[int] = field(default_factory=set)
+    _welcomed: set[int] = field(default_factory=set)  # connections past the proof, not in joined
     _shared: list[Tensor] | None = None
     _text_tokens: Tensor | None = None
     _shared_lock: threading.Lock = field(default_factory=threading.Lock)
 
     def start(self) -> None:
         threading.Thread(target=self._accept_loop, name="pcp-accept", daemon=True).start()
+
+    def close(self) -> None:
+        """Admit no one more: close the listener and end the builds in flight."""
+        self.closing.set()
+        self.listener.close()
+        self.builds.end()
 
     def _accept_loop(self) -> None:
         while not self.closing.is_set():
@@ -158,6 +167,14 @@ class Admission:
         finally:
             deadline.cancel()
             self._proven(conn)
+            with self._index_lock:
+                self._welcomed.discard(id(conn))
+
+    def joining(self) -> bool:
+        """Whether a worker that was let in is still being served its program (compiled,
+        shipped, loaded): it will join, however long that takes."""
+        with self._index_lock:
+            return bool(self._welcomed)
 
     def _expire(self, conn: Connection) -> None:
         """The join deadline passed before the proof was checked."""
@@ -204,6 +221,8 @@ class Admission:
             self._refuse(conn, refusal)
             return None
         index = self._reserve_index(hello.previous_index)
+        with self._index_lock:
+            self._welcomed.add(id(conn))
         mac = auth.shepherd_proof(self.secret, challenge, proof.nonce)
         welcome = Welcome(index, mac, self.heartbeat_s)
         keys = session_keys(self.secret, challenge, proof.nonce, hello, welcome)
@@ -223,9 +242,10 @@ class Admission:
             conn.send(welcome)  # the last message in the clear: from here on all are sealed
             live.start_heartbeats(self.heartbeat_s)  # compiling may take minutes
             self.status.worker_state(index, "compiling")
-            artifact = self.program_for(backend, hello.arch, devices)
-            link = WorkerLink(index, live, hello)
-            assigned = self._send_setup(link, artifact)
+            with self.builds.running():
+                artifact = self.program_for(backend, hello.arch, devices)
+                link = WorkerLink(index, live, hello)
+                assigned = self._send_setup(link, artifact)
             loaded = live.receive()  # loading may take a while (XLA compiles): heartbeats
             while isinstance(loaded, ShardRequest):
                 # each of its shards once: a worker cannot make it send a shard twice
@@ -244,7 +264,8 @@ class Admission:
         except CompileError as error:
             self.status.worker_state(index, "dead")
             self.release_index(index)
-            self._refuse(live, f"the shepherd cannot compile for this worker: {error}")
+            if not self.closing.is_set():  # a compile stopped at exit is no refusal
+                self._refuse(live, f"the shepherd cannot compile for this worker: {error}")
             live.close()
             return None
         except BaseException:

@@ -135,20 +135,27 @@ class Shepherd:
         """Block until `count` workers are connected (and have their program).
 
         Gives up after `timeout_s`, or as soon as `still_coming()` says no more will come
-        (the one-command form's local workers have all exited).
+        (the one-command form's local workers have all exited). A worker that connected
+        and is being served its program is coming: the wait goes on while it is (a first
+        compile for its kind can take minutes).
         """
         self.admit_returning()
         deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        told = False
         while len(self.links) < count:
-            remaining = 1.0 if deadline is None else max(deadline - time.monotonic(), 0)
-            try:
-                self._take(self.admission.joined.get(timeout=min(remaining, 1.0)))
+            remaining = 1.0 if deadline is None else max(deadline - time.monotonic(), 0.0)
+            try:  # past the deadline (remaining 0): a second at a time
+                self._take(self.admission.joined.get(timeout=min(remaining, 1.0) or 1.0))
             except queue.Empty:
                 if deadline is not None and time.monotonic() >= deadline:
-                    raise NotEnoughWorkers(
-                        f"only {len(self.links)} of {count} workers connected "
-                        f"within {timeout_s:.0f} s"
-                    ) from None
+                    if not self.admission.joining():
+                        raise NotEnoughWorkers(
+                            f"only {len(self.links)} of {count} workers connected "
+                            f"within {timeout_s:.0f} s"
+                        ) from None
+                    if not told:
+                        log.info("join timeout passed; waiting for a worker being served")
+                        told = True
                 if not self.still_coming():
                     raise NotEnoughWorkers(
                         f"only {len(self.links)} of {count} workers connected and no more "
@@ -294,14 +301,14 @@ class Shepherd:
 
     def close(self, reason: str = "done") -> None:
         """Tell every worker to stop, those that joined too late for a round included,
-        then close all connections and the listener."""
+        then close all connections, the listener and the program builds in flight."""
         self._stop_reason = reason
         self.admission.closing.set()
         for link in list(self.links.values()):
             self._stop(link)
         self.links.clear()
         self.stop_joined()
-        self.admission.listener.close()
+        self.admission.close()
 
     def stop_joined(self) -> None:
         """Stop the workers that joined but were not taken into a round yet."""

@@ -60,6 +60,50 @@ def test_ctrl_c_ends_everything(e2e: Any, tiny: tuple[str, ...], tmp_path: Path,
         pass
 
 
+def test_ctrl_c_while_compiling_for_the_workers(
+    e2e: Any, tiny: tuple[str, ...], tmp_path: Path
+) -> None:
+    """Ctrl-C while the shepherd compiles its joining workers' program: exit 130, and
+    the compiler (in a session of its own, out of the terminal's reach) ends with it."""
+    cache = tmp_path / "empty-cache"  # nothing cached: the join compiles
+    run = e2e.pcp(
+        "train",
+        *DILOCO,
+        *("--steps", "100000", "--inner-steps", "10", "--eval-every", "0"),
+        *("--out", str(tmp_path / "run"), *tiny),
+        start_new_session=True,
+        env={**os.environ, "PCP_CACHE_DIR": str(cache)},
+    )
+    e2e.wait_for(
+        lambda: "compiling with IREE" in run.err() or run.process.poll() is not None,
+        180,
+        "the compile for the workers",
+    )
+    assert run.process.poll() is None, run.output()[-4000:]
+    os.killpg(run.pid, signal.SIGINT)
+    try:
+        code = run.wait(30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`pcp train` still running 30 s after SIGINT:\n{run.err()[-3000:]}")
+    assert code == 130, run.err()[-3000:]
+    assert compilers_using(cache) == [], "a process of the run (its compiler?) outlived it"
+
+
+def compilers_using(cache: Path) -> list[int]:
+    """Live processes whose environment names `cache` as PCP_CACHE_DIR."""
+    marker = f"PCP_CACHE_DIR={cache}".encode()
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            environment = (entry / "environ").read_bytes().split(b"\0")
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            continue
+        if marker in environment and state not in ("Z", "X"):
+            found.append(int(entry.name))
+    return found
+
+
 def test_local_workers_get_the_device(e2e: Any, tiny: tuple[str, ...], tmp_path: Path) -> None:
     """`pcp train --workers 2 --device 0`: each local worker is started on that device."""
     run = e2e.pcp(
@@ -80,7 +124,11 @@ def test_local_workers_get_the_device(e2e: Any, tiny: tuple[str, ...], tmp_path:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
         assert "--device" in argv and argv[argv.index("--device") + 1] == "0", argv
     os.killpg(run.pid, signal.SIGINT)
-    assert run.wait(30) == 130, run.err()[-3000:]
+    try:
+        code = run.wait(30)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`pcp train` still running 30 s after SIGINT:\n{run.err()[-3000:]}")
+    assert code == 130, run.err()[-3000:]
 
 
 @pytest.mark.slow
