@@ -133,6 +133,28 @@ class E2E:
         """Workers connecting to `address` were started by this test: end them at the end."""
         self.addresses.append(address)
 
+    @contextlib.contextmanager
+    def cpu_capped(self, cores: float) -> Iterator[None]:
+        """Every process this test started, and every process they started, in one cgroup
+        of `cores` CPUs for the block (new children are born in it); uncapped where this
+        machine has no writable cgroup cpu controller."""
+        from pcp_core.rehearsal.cpu import cpu_groups, quota_problem
+
+        if quota_problem() is not None:
+            yield
+            return
+        with cpu_groups({"capped": cores}, f"{os.getpid()}-capped") as groups:
+            procs = groups.groups["capped"] / "cgroup.procs"
+            pending = [handle.pid for handle in self.started if handle.process.poll() is None]
+            while pending:
+                pid = pending.pop()
+                with contextlib.suppress(OSError):  # ended meanwhile
+                    procs.write_text(str(pid))
+                for children in Path(f"/proc/{pid}/task").glob("*/children"):
+                    with contextlib.suppress(OSError):
+                        pending += [int(child) for child in children.read_text().split()]
+            yield
+
     def end_all(self) -> None:
         for handle in reversed(self.started):
             if handle.process.poll() is None:
