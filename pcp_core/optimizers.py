@@ -5,13 +5,17 @@ runs on the worker's accelerator). An *outer* optimizer runs on the shepherd in
 NumPy float32 over the averaged pseudo-gradient.
 """
 
-from collections.abc import Callable
+import contextlib
+import contextvars
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 T = TypeVar("T")
+# The schedule a train program carries as state, while its step is traced (schedule_from).
+_SCHEDULE: contextvars.ContextVar[Any | None] = contextvars.ContextVar("pcp_schedule", default=None)
 
 
 @dataclass(frozen=True)
@@ -41,18 +45,50 @@ def own_settings(settings: InnerSettings, declared: type[T]) -> T:
 
 def learning_rate(settings: InnerSettings) -> Any:
     """PCP's inner schedule: linear warmup from 0 to `lr`, then cosine decay to `min_lr`
-    at `total_steps`. An optax schedule: a plugin that calls it declares optax, as
-    pcp-core does not depend on it."""
-    import optax
+    at `total_steps` (optax's `warmup_cosine_decay_schedule`, step for step).
 
-    warmup = max(settings.warmup_steps, 0)
-    return optax.warmup_cosine_decay_schedule(
-        init_value=0.0,
-        peak_value=settings.lr,
-        warmup_steps=warmup,
-        decay_steps=max(settings.total_steps, warmup + 1),
-        end_value=settings.min_lr,
-    )
+    Inside `schedule_from(values)` (a train program that carries its schedule as state,
+    see `pcp_core.program.build`) it reads lr, min_lr, warmup and total steps from
+    `values` instead of `settings`, so one compiled program serves every schedule."""
+
+    def schedule(count: Any) -> Any:
+        values = _SCHEDULE.get()
+        if values is None:
+            values = (settings.lr, settings.min_lr, settings.warmup_steps, settings.total_steps)
+        return warmup_cosine(count, *(values[i] for i in range(4)))
+
+    return schedule
+
+
+def schedule_values(settings: InnerSettings) -> np.ndarray:
+    """`settings`' schedule as the float32 [lr, min_lr, warmup, total] a program that
+    carries it reads (exact for step counts below 2**24)."""
+    values = [settings.lr, settings.min_lr, settings.warmup_steps, settings.total_steps]
+    return np.array(values, dtype=np.float32)
+
+
+@contextlib.contextmanager
+def schedule_from(values: Any) -> Iterator[None]:
+    """`learning_rate`'s schedules read `values` (traced: the program's state) here."""
+    token = _SCHEDULE.set(values)
+    try:
+        yield
+    finally:
+        _SCHEDULE.reset(token)
+
+
+def warmup_cosine(count: Any, lr: Any, min_lr: Any, warmup: Any, total: Any) -> Any:
+    """The rate at step `count`, in jax: constants or traced values alike."""
+    import jax.numpy as jnp
+
+    count = jnp.asarray(count, jnp.float32)
+    warmup = jnp.maximum(jnp.asarray(warmup, jnp.float32), 0.0)
+    decay = jnp.maximum(jnp.asarray(total, jnp.float32), warmup + 1.0) - warmup
+    lr = jnp.asarray(lr, jnp.float32)
+    rising = (0.0 - lr) * (1.0 - count / jnp.maximum(warmup, 1.0)) + lr
+    alpha = jnp.where(lr == 0.0, 0.0, min_lr / jnp.where(lr == 0.0, 1.0, lr))
+    cosine = 0.5 * (1.0 + jnp.cos(jnp.pi * jnp.minimum(count - warmup, decay) / decay))
+    return jnp.where(count < warmup, rising, lr * ((1.0 - alpha) * cosine + alpha))
 
 
 def clipped(settings: InnerSettings, step: "GradientTransformation") -> "GradientTransformation":

@@ -8,9 +8,9 @@ from pcp_core.data import text as data
 from pcp_core.iree.compiler import compile_program
 from pcp_core.iree.executor import IreeExecutor
 from pcp_core.iree.transfers import assert_state_stays_on_device
-from pcp_core.optimizers import InnerSettings
+from pcp_core.optimizers import InnerSettings, schedule_values
 from pcp_core.program import nanogpt
-from pcp_core.program.build import build_train_program
+from pcp_core.program.build import SCHEDULE_TENSOR, build_train_program
 
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32}
 
@@ -25,8 +25,9 @@ def program(corpus: data.CharCorpus):
     import pcp_adamw
 
     config = nanogpt.MODEL.config({**TINY, "vocab_size": corpus.vocab_size})
-    tx = pcp_adamw.build(InnerSettings(lr=3e-3, warmup_steps=2, total_steps=12))
-    return config, build_train_program(nanogpt.MODEL, config, tx, steps_per_call=4, batch_size=8)
+    settings = InnerSettings(lr=3e-3, warmup_steps=2, total_steps=12)
+    tx, schedule = pcp_adamw.build(settings), schedule_values(settings)
+    return config, build_train_program(nanogpt.MODEL, config, tx, 4, 8, schedule=schedule)
 
 
 def relative_error(actual: np.ndarray, expected: np.ndarray) -> float:
@@ -115,3 +116,44 @@ def test_program_text_has_no_call_site_locations(program) -> None:
     _, prog = program
     assert "loc(" not in prog.stablehlo and ".py" not in prog.stablehlo
     assert prog.stablehlo.startswith("module @jit_train_step")
+
+
+def test_one_program_for_every_schedule(corpus: data.CharCorpus) -> None:
+    """A program that carries its learning-rate schedule as state is the same text for
+    every schedule (a new --steps compiles nothing), and trains exactly as the program
+    with that schedule as constants."""
+    import jax
+    import pcp_adamw
+
+    config = nanogpt.MODEL.config({**TINY, "n_layer": 1, "vocab_size": corpus.vocab_size})
+
+    def built(settings: InnerSettings, carried: bool):
+        schedule = schedule_values(settings) if carried else None
+        tx = pcp_adamw.build(settings)
+        return build_train_program(nanogpt.MODEL, config, tx, 4, 8, schedule=schedule)
+
+    short = InnerSettings(lr=3e-3, min_lr=3e-4, warmup_steps=2, total_steps=12)
+    long = InnerSettings(lr=1e-3, min_lr=1e-5, warmup_steps=50, total_steps=100_000)
+    carried, baked = built(short, carried=True), built(short, carried=False)
+    assert carried.stablehlo == built(long, carried=True).stablehlo
+    assert baked.stablehlo != built(long, carried=False).stablehlo
+    assert [s.name for s in carried.opt_specs] == [
+        *(s.name for s in baked.opt_specs),
+        SCHEDULE_TENSOR,
+    ]
+
+    params = list(nanogpt.init(config, seed=0).values())
+    states = [tuple(carried.init_opt_state(params)), tuple(baked.init_opt_state(params))]
+    assert np.array_equal(states[0][-1], np.float32([3e-3, 3e-4, 2, 12]))
+    weights = [tuple(params), tuple(params)]
+    for call in range(4):  # through the warmup and into the decay
+        x, y = corpus.batches("train", 4, 8, config["block_size"], stream=(0, call))
+        runs = [
+            prog.jax_step(w, state, x, y)
+            for prog, w, state in zip((carried, baked), weights, states, strict=True)
+        ]
+        np.testing.assert_allclose(np.asarray(runs[0][2]), np.asarray(runs[1][2]), rtol=1e-6)
+        weights, states = [run[0] for run in runs], [run[1] for run in runs]
+    for ours, theirs in zip(*weights, strict=True):
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-5, atol=1e-7)
+    assert jax.numpy.array_equal(states[0][-1], carried.init_opt_state(params)[-1])

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from pcp_core.models import Model
-from pcp_core.optimizers import GradientTransformation
+from pcp_core.optimizers import GradientTransformation, schedule_from
 from pcp_core.program import export_cache
 from pcp_core.program.mesh import data_parallel, export_mesh, exported_on, placed_on
 
@@ -32,6 +32,9 @@ _EXPORT_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar(
 PLATFORM_CUSTOM_CALLS = {
     "cuda": ("__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxBackward"),
 }
+# The optimizer-state tensor of a program that carries its learning-rate schedule
+# (`build_train_program`'s `schedule`): [lr, min_lr, warmup steps, total steps].
+SCHEDULE_TENSOR = "opt.lr_schedule"
 
 
 def export_platform() -> str | None:
@@ -152,6 +155,7 @@ def build_train_program(
     seed: int = 0,
     precision: str = "f32",
     identity: Mapping[str, Any] | None = None,
+    schedule: np.ndarray | None = None,
 ) -> TrainProgram:
     """Trace and export `steps_per_call` train steps over a [K, batch, block] stack.
 
@@ -159,6 +163,13 @@ def build_train_program(
     parameters, optimizer state and losses are float32 whatever it is. With `identity`
     (`export_cache.identity` of the model, optimizer and settings given here) the
     StableHLO comes from the export cache where it holds this program.
+
+    With `schedule` (`pcp_core.optimizers.schedule_values`) the learning-rate schedule is
+    state, not constants: the last optimizer-state tensor (`SCHEDULE_TENSOR`), set from
+    `schedule` by `init_opt_state`, read by `learning_rate`'s schedules. The program is
+    then the same whatever the run's length, rate or warmup, and so is its compile: a
+    new `--steps` compiles nothing (the tests' CI compiled 117 programs for 53 distinct
+    ones). An optimizer with a schedule of its own keeps it as constants.
     """
     import jax
     import jax.numpy as jnp
@@ -173,16 +184,19 @@ def build_train_program(
         TensorSpec("opt" + jax.tree_util.keystr(path), tuple(leaf.shape), np.dtype(leaf.dtype).name)
         for path, leaf in opt_paths
     ]
+    carried = () if schedule is None else (TensorSpec(SCHEDULE_TENSOR, (4,), "float32"),)
 
     def train_step(params_tuple, opt_tuple, inputs, targets, unroll=False):
         params = dict(zip(names, params_tuple, strict=True))
+        opt_tuple, values = opt_tuple[: len(opt_specs)], opt_tuple[len(opt_specs) :]
         opt_state = jax.tree_util.tree_unflatten(opt_treedef, opt_tuple)
 
         def one_step(carry, batch):
             params, opt_state = carry
             params, batch = data_parallel(params), data_parallel(batch, batch=True)
             loss, grads = jax.value_and_grad(loss_of)(params, *batch)
-            updates, opt_state = optimizer.update(grads, opt_state, params)
+            with schedule_from(values[0]) if values else contextlib.nullcontext():
+                updates, opt_state = optimizer.update(grads, opt_state, params)
             params = data_parallel(jax.tree_util.tree_map(jnp.add, params, updates))
             return (params, opt_state), loss
 
@@ -191,7 +205,7 @@ def build_train_program(
         )
         return (
             tuple(params[n] for n in names),
-            tuple(jax.tree_util.tree_leaves(opt_state)),
+            tuple(jax.tree_util.tree_leaves(opt_state)) + tuple(values),
             losses,
         )
 
@@ -200,14 +214,18 @@ def build_train_program(
         state = optimizer.init(dict(zip(names, params_tuple, strict=True)))
         return tuple(jax.tree_util.tree_leaves(state))
 
+    def init_opt_state(params: list[np.ndarray]) -> list[np.ndarray]:
+        state = [np.asarray(a) for a in init_opt(tuple(params))]
+        return state if schedule is None else [*state, np.asarray(schedule, np.float32)]
+
     return _exported(
         train_step,
         specs_of(example),
-        opt_specs,
+        [*opt_specs, *carried],
         (steps_per_call, batch_size, model_config["block_size"]),
         precision,
         identity,
-        init_opt_state=lambda params: [np.asarray(a) for a in init_opt(tuple(params))],
+        init_opt_state=init_opt_state,
         # The K steps unrolled, for the IREE backends that ask for it
         # (`Backend.unroll_steps`). As a loop, on a GPU each pass copies every parameter
         # and moment into the loop's buffers and records the step's command buffer anew;

@@ -5,7 +5,8 @@ train` or `pcp compile` starts (1.0 of a tiny local run's 5.2 CPU-s on a CI core
 of GPT-2 small's start on an H100 machine's CPU), although the text only changes with
 what it is built from. An entry is
 keyed by all of that: the model and its configuration, the inner optimizer and its
-settings (the learning-rate schedule is part of the program), the tensors' shapes and
+settings (the schedule among them: a program that carries it as state exports the same
+text for each, and so compiles once, but an optimizer could bake it), the tensors' shapes and
 dtypes, the precision, the jax and jaxlib versions, the `JAX_*` environment settings,
 and the source of every file of pcp-core and of the packages the model and optimizer
 come from. An edited file, another setting or another jax exports anew.

@@ -12,7 +12,7 @@ from pcp_core.config import RunConfig
 from pcp_core.config_file import to_dict
 from pcp_core.data.text import Corpus
 from pcp_core.models import Model
-from pcp_core.optimizers import InnerSettings
+from pcp_core.optimizers import InnerSettings, schedule_values
 from pcp_core.program import checkpoint, export_cache
 from pcp_core.program.build import TrainProgram, build_eval_program, build_train_program
 from pcp_core.program.evaluation import Evaluator
@@ -173,6 +173,7 @@ def prepare(
         seed=config.seed,
         precision=config.precision,
         identity=identity,
+        schedule=schedule_values(settings),
     )
     log_model(config, model_config, program)
 

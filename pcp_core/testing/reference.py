@@ -46,6 +46,7 @@ def reference(
     """The corpus, model config and train program for `model` trained by `optimizer`."""
     from pcp_core import plugins
     from pcp_core.data import text as data
+    from pcp_core.optimizers import schedule_values
     from pcp_core.program.build import build_train_program
 
     host = plugins.host()
@@ -53,9 +54,16 @@ def reference(
     the_model = host.model(model)
     config = the_model.config({**dict(overrides), "vocab_size": corpus.vocab_size})
     inner = host.optimizer(optimizer)
-    tx = inner.build(reference_settings(inner))
-    with on_cpu():
-        program = build_train_program(the_model, config, tx, STEPS_PER_CALL, BATCH)
+    settings = reference_settings(inner)
+    with on_cpu():  # the schedule as state, as `pcp train` builds it
+        program = build_train_program(
+            the_model,
+            config,
+            inner.build(settings),
+            STEPS_PER_CALL,
+            BATCH,
+            schedule=schedule_values(settings),
+        )
     return corpus, config, program
 
 
