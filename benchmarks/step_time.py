@@ -43,7 +43,7 @@ from pcp_core.data import text as data
 from pcp_core.iree.compiler import compile_program
 from pcp_core.iree.executor import IreeExecutor, to_host
 from pcp_core.iree.malloc import retaining_env
-from pcp_core.optimizers import InnerSettings
+from pcp_core.optimizers import InnerSettings, schedule_values
 from pcp_core.program import nanogpt
 from pcp_core.program.build import build_train_program
 
@@ -84,13 +84,14 @@ def build(size: dict, corpus: data.CharCorpus, precision: str, steps_per_call: i
     # a size may set a vocabulary larger than the corpus's: its batches use part of it
     vocab_size = size.get("vocab_size", corpus.vocab_size)
     config = nanogpt.MODEL.config({**size["model"], "vocab_size": vocab_size})
-    program = build_train_program(
+    program = build_train_program(  # the schedule as state, as `pcp train` builds it
         nanogpt.MODEL,
         config,
         pcp_adamw.build(InnerSettings()),
         steps_per_call=steps_per_call,
         batch_size=size["batch_size"],
         precision=precision,
+        schedule=schedule_values(InnerSettings()),
     )
     return config, program
 

@@ -448,7 +448,7 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
     the GPU's memory; torch gives its cache back)."""
     import pcp_adamw
 
-    from pcp_core.optimizers import InnerSettings
+    from pcp_core.optimizers import InnerSettings, schedule_values
     from pcp_core.program import nanogpt
     from pcp_core.program.build import build_train_program
 
@@ -488,13 +488,14 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
     for batch in args.batch:
         if not args.xla:
             continue
-        program = build_train_program(
+        program = build_train_program(  # the schedule as state, as `pcp train` builds it
             nanogpt.MODEL,
             config,
             pcp_adamw.build(InnerSettings()),
             steps_per_call=k,
             batch_size=batch,
             precision=args.precision,
+            schedule=schedule_values(InnerSettings()),
         )
         for variant in args.xla:
             name = "pcp xla" if variant == "pcp" else f"pcp xla ({variant})"
