@@ -375,3 +375,33 @@ def test_a_rounds_inner_state_is_written_beside_what_follows(tmp_path, monkeypat
     release.set()
     ending.join(30)
     assert store.newest_round("run") == 1
+
+
+def test_a_restored_inner_state_takes_the_runs_schedule(tmp_path) -> None:
+    """A run resumed with a larger --steps keeps its run id, so its workers restore the
+    inner states they saved; the learning-rate schedule in them is the old run's, and
+    the Setup's (the resumed run's) replaces it."""
+    from pcp_core.program.build import SCHEDULE_TENSOR
+    from pcp_core.worker.session import InnerState, WorkerSession
+
+    specs = (("opt.mu", (2,), "float32"), (SCHEDULE_TENSOR, (4,), "float32"))
+    settings = WorkerSettings("local", "run", 3, opt_specs=specs)
+    executor = StateOnly()
+    old_schedule = np.float32([1e-3, 1e-4, 10, 100])
+    new_schedule = np.float32([1e-3, 1e-4, 10, 400])
+    store = InnerStateStore(tmp_path)
+    saving = InnerState(WorkerSession(0, executor, None, settings), store, "run")
+    executor.state = [np.full(2, 5, np.float32), old_schedule]
+    saving.finished(0)
+    saving.saved()
+
+    restarted = StateOnly()
+    inner = InnerState(
+        WorkerSession(0, restarted, None, settings),
+        store,
+        "run",
+        from_setup={SCHEDULE_TENSOR: new_schedule},
+    )
+    inner.prepare(1)
+    np.testing.assert_array_equal(restarted.state[0], np.full(2, 5, np.float32))  # its own
+    np.testing.assert_array_equal(restarted.state[1], new_schedule)  # the run's

@@ -27,7 +27,7 @@ from pcp_core.data.errors import DataError
 from pcp_core.data.shard_transfer import ShardSource, default_shard_cache, shard_dataset
 from pcp_core.data.text import CharCorpus
 from pcp_core.plugins import host as installed_plugins
-from pcp_core.program.build import TensorSpec
+from pcp_core.program.build import SCHEDULE_TENSOR, TensorSpec
 from pcp_core.registry import UnknownNameError
 from pcp_core.wire import auth
 from pcp_core.wire.channel import SealedConnection, session_keys
@@ -201,7 +201,8 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
             options.on_joined()
         session = WorkerSession(welcome.worker_index, executor, corpus, settings)
         worker_round: WorkerRound = plugins.algorithm(settings.algorithm).worker_round
-        inner = InnerState(session, store, settings.run_id)
+        schedule = {t.name: np.array(t.array) for t in setup.tensors if t.name == SCHEDULE_TENSOR}
+        inner = InnerState(session, store, settings.run_id, from_setup=schedule)
         try:
             if settings.overlap:
                 OverlappedRounds(conn, session, worker_round, inner).serve()

@@ -84,6 +84,9 @@ class InnerState:
     run_id: str
     after_round: int | None = None  # None: the fresh state from the Setup
     saving: OneInFlight = field(default_factory=lambda: OneInFlight("inner-state"))
+    # State tensors that the run sets, by name, over what a saved state holds: the
+    # learning-rate schedule (a run resumed with a larger --steps keeps its run id)
+    from_setup: dict[str, np.ndarray] = field(default_factory=dict)
 
     def prepare(self, round_index: int) -> None:
         """Make the executor hold the state round `round_index` starts from, if saved.
@@ -106,8 +109,14 @@ class InnerState:
         if saved is None:
             return
         self.after_round, arrays = saved
-        self.session.executor.set_opt_state(arrays)
+        self.session.executor.set_opt_state(self._with_run_settings(arrays))
         log.info("inner state restored", after_round=self.after_round, for_round=round_index)
+
+    def _with_run_settings(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
+        if not self.from_setup:
+            return arrays
+        names = [name for name, _, _ in self.session.settings.opt_specs]
+        return [self.from_setup.get(n, a) for n, a in zip(names, arrays, strict=True)]
 
     def finished(self, round_index: int) -> None:
         self.after_round = round_index
@@ -129,5 +138,5 @@ class InnerState:
         self.after_round = None
         saved = self.store.load(self.run_id, before_round=round_index)
         if saved is not None:
-            self.session.executor.set_opt_state(saved[1])
+            self.session.executor.set_opt_state(self._with_run_settings(saved[1]))
             self.finished(round_index)
