@@ -34,6 +34,20 @@ def start_run(e2e: Any, tiny: tuple[str, ...], out: Path, steps: int) -> tuple[A
     return run, address
 
 
+def ends_on_ctrl_c(run: Any, within_s: float, group: bool = True) -> None:
+    """SIGINT to the run's process group (a terminal's Ctrl-C), or to `pcp train` alone:
+    it exits 130 within `within_s`."""
+    if group:
+        os.killpg(run.pid, signal.SIGINT)
+    else:
+        os.kill(run.pid, signal.SIGINT)
+    try:
+        code = run.wait(within_s)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"`pcp train` still running {within_s} s after SIGINT:\n{run.err()[-3000:]}")
+    assert code == 130, run.err()[-3000:]
+
+
 def worker_pids(e2e: Any, address: str) -> list[int]:
     return e2e.pids_with(f"pcp_core worker --connect {address}")
 
@@ -44,15 +58,7 @@ def test_ctrl_c_ends_everything(e2e: Any, tiny: tuple[str, ...], tmp_path: Path,
     130 within seconds, takes its workers with it and frees its port."""
     run, address = start_run(e2e, tiny, tmp_path / "run", steps=100_000)
     assert len(worker_pids(e2e, address)) == 2
-    if to == "group":
-        os.killpg(run.pid, signal.SIGINT)
-    else:
-        os.kill(run.pid, signal.SIGINT)
-    try:
-        code = run.wait(20)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"`pcp train` still running 20 s after SIGINT:\n{run.err()[-3000:]}")
-    assert code == 130, run.err()[-3000:]
+    ends_on_ctrl_c(run, within_s=20, group=to == "group")
     assert "interrupted" in run.err()
     assert e2e.pids_with(address) == [], "a worker outlived Ctrl-C"
     host, port = address.split(":")
@@ -80,12 +86,7 @@ def test_ctrl_c_while_compiling_for_the_workers(
         "the compile for the workers",
     )
     assert run.process.poll() is None, run.output()[-4000:]
-    os.killpg(run.pid, signal.SIGINT)
-    try:
-        code = run.wait(30)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"`pcp train` still running 30 s after SIGINT:\n{run.err()[-3000:]}")
-    assert code == 130, run.err()[-3000:]
+    ends_on_ctrl_c(run, within_s=30)
     assert compilers_using(cache) == [], "a process of the run (its compiler?) outlived it"
 
 
@@ -123,12 +124,7 @@ def test_local_workers_get_the_device(e2e: Any, tiny: tuple[str, ...], tmp_path:
     for pid in worker_pids(e2e, address):
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
         assert "--device" in argv and argv[argv.index("--device") + 1] == "0", argv
-    os.killpg(run.pid, signal.SIGINT)
-    try:
-        code = run.wait(30)
-    except subprocess.TimeoutExpired:
-        pytest.fail(f"`pcp train` still running 30 s after SIGINT:\n{run.err()[-3000:]}")
-    assert code == 130, run.err()[-3000:]
+    ends_on_ctrl_c(run, within_s=30)
 
 
 @pytest.mark.slow
