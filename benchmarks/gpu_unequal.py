@@ -22,6 +22,7 @@ program's text, the target, the flags and the IREE version, all the same there).
     python benchmarks/gpu_unequal.py dump --out DUMP -- FLAGS      # on the GPU machine
     python benchmarks/gpu_unequal.py prewarm DUMP --cache CACHE    # with the compiler
     python benchmarks/gpu_unequal.py run --cache CACHE --runs alone pair -- FLAGS
+    python benchmarks/gpu_unequal.py curves alone=A/metrics.jsonl pair=B/metrics.jsonl
 
 FLAGS (after `--`) go to `pcp shepherd` as they are: model, data, batch, H, steps.
 """
@@ -223,6 +224,8 @@ main()
 
 def dump(out: Path, shepherd_flags: list[str], timeout_s: float) -> None:
     """Run the shepherd until the `cpu` worker joins; keep the program it would compile."""
+    for earlier in ("program.json", "program.mlir"):  # a dump of other flags
+        (out / earlier).unlink(missing_ok=True)
     shepherd = [sys.executable, "-c", DUMP_SHEPHERD, str(out)]
     processes = launch("pair", out / "run", shepherd_flags, shepherd=shepherd)
     started = time.monotonic()
@@ -250,6 +253,40 @@ def prewarm(dumped: Path, cache: Path) -> None:
     print(f"{cache}: {len(compiled.vmfb):,} bytes for {about}, cache hit {compiled.cache_hit}")
 
 
+def validation_curve(metrics: Path) -> tuple[list[float], list[float], list[float]]:
+    """Training seconds, tokens and validation loss at each evaluation of a run. Training
+    starts where the first round's cycle began (`elapsed_s` counts from the shepherd's
+    start, the program's compile included)."""
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    start = rows[0]["elapsed_s"] - rows[0]["cycle_s"]
+    evaluated = [r for r in rows if r.get("val_loss") is not None]
+    if len(evaluated) < 2:
+        raise SystemExit(f"{metrics}: fewer than two evaluations (train with --eval-every)")
+    seconds = [r["elapsed_s"] - start for r in evaluated]
+    return seconds, [r["tokens"] for r in evaluated], [r["val_loss"] for r in evaluated]
+
+
+def curves(labelled: list[str], seconds: list[float], tokens: list[float]) -> str:
+    """A table of each run's validation loss, interpolated between its evaluations, at
+    the same training seconds and the same tokens (empty past a run's last one)."""
+    import numpy as np
+
+    def at(x: float, xs: list[float], ys: list[float]) -> str:
+        return f"{np.interp(x, xs, ys):.4f}" if xs[0] <= x <= xs[-1] else ""
+
+    runs = {}
+    for item in labelled:
+        label, _, path = item.partition("=")
+        runs[label] = validation_curve(Path(path))
+    points = [(f"{s:g} s", 0, s) for s in seconds]
+    points += [(f"{t / 1e6:g}M tokens", 1, t) for t in tokens]
+    lines = ["| run | " + " | ".join(p[0] for p in points) + " |", "|---" * (len(points) + 1) + "|"]
+    for label, curve in runs.items():
+        cells = [at(x, curve[axis], curve[2]) for _, axis, x in points]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str]) -> None:
     flags: list[str] = []
     if "--" in argv:
@@ -271,7 +308,15 @@ def main(argv: list[str]) -> None:
     warming = commands.add_parser("prewarm", help="compile a dumped program into a cache")
     warming.add_argument("dumped", type=Path)
     warming.add_argument("--cache", type=Path, required=True)
+    comparing = commands.add_parser(
+        "curves", help="validation loss of runs at equal training time and equal tokens"
+    )
+    comparing.add_argument("metrics", nargs="+", help="LABEL=metrics.jsonl (with --eval-every)")
+    comparing.add_argument("--seconds", type=float, nargs="+", default=[60, 90, 120])
+    comparing.add_argument("--tokens", type=float, nargs="+", default=[20e6, 30e6])
     args = parser.parse_args(argv)
+    if args.command == "curves":
+        return print(curves(args.metrics, args.seconds, args.tokens))
     if args.command == "dump":
         return dump(args.out, flags, args.timeout)
     if args.command == "prewarm":
