@@ -169,9 +169,10 @@ class InnerOptimizer:
     # first moment `mu`), which DiLoCo's workers zero at the start of a round (see
     # DilocoSettings.inner_momentum); None: nothing in its state is momentum.
     momentum_field: str | None = None
-    # The field of its state that counts the steps taken, which its learning-rate
-    # schedule reads: DiLoCo's budgeted rounds set it to the run's position
-    # (DilocoSettings.round_budget); None: none, the schedule then follows its own steps.
+    # The field of its state that its learning-rate schedule reads, a step counter:
+    # DiLoCo's budgeted rounds set it to the run's position (DilocoSettings.round_budget),
+    # so nothing else (a bias correction, say) should read it; None: none, the schedule
+    # then follows the worker's own steps.
     step_field: str | None = None
     # Its own settings, if any: a dataclass of `pcp_core.settings.setting` fields (flags
     # and a TOML section named after it); read with `config.settings(name)`.

@@ -41,7 +41,13 @@ class AdamWSettings:
 
 
 class AdamWState(NamedTuple):
-    count: Any  # int32 scalar: steps taken
+    count: Any  # int32 scalar: steps taken, which the moments' bias correction follows
+    # int32 scalar: where the learning-rate schedule is. Apart from `count`, because
+    # DiLoCo's budgeted rounds set it to the run's position at each round's start: a
+    # slow worker's schedule keeps pace with the run, while its moments, built from
+    # the few steps it really took, keep the bias correction of those (corrected as if
+    # from thousands of steps, they made its first updates several times too large).
+    schedule_step: Any
     mu: Any  # first moments, a tree like the parameters
     nu: Any  # second moments, a tree like the parameters
 
@@ -57,10 +63,11 @@ def build(settings: InnerSettings) -> GradientTransformation:
 
     def init(params: Any) -> AdamWState:
         zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-        return AdamWState(jnp.zeros([], jnp.int32), zeros, zeros)
+        step = jnp.zeros([], jnp.int32)
+        return AdamWState(step, step, zeros, zeros)
 
     def update(grads: Any, state: AdamWState, params: Any) -> tuple[Any, AdamWState]:
-        lr = schedule(state.count)
+        lr = schedule(state.schedule_step)
         count = state.count + 1
         steps = count.astype(jnp.float32)
         first_correction, second_correction = 1 - b1**steps, 1 - b2**steps
@@ -75,7 +82,7 @@ def build(settings: InnerSettings) -> GradientTransformation:
             return -lr * (direction + decay * p if p.ndim >= 2 else direction)
 
         updates = jax.tree_util.tree_map(step, mu, nu, params)
-        return updates, AdamWState(count, mu, nu)
+        return updates, AdamWState(count, state.schedule_step + 1, mu, nu)
 
     return optax.GradientTransformation(init, update)
 
@@ -85,7 +92,7 @@ ADAMW = InnerOptimizer(
     build=build,
     description="AdamW with warmup + cosine decay",
     momentum_field="mu",
-    step_field="count",
+    step_field="schedule_step",
     settings=AdamWSettings,
 )
 

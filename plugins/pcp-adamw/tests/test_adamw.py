@@ -83,3 +83,24 @@ def test_matches_torch_adamw(grad_clip: float) -> None:
                 atol=2e-6,
                 err_msg=f"{name} at step {step}",
             )
+
+
+def test_a_schedule_step_set_ahead_moves_the_learning_rate_alone() -> None:
+    """DiLoCo's budgeted rounds set a slow worker's schedule step to the run's position
+    (thousands) while its moments hold a few steps: the update then has the learning
+    rate of that position and the bias correction of the steps really taken."""
+    import jax.numpy as jnp
+
+    settings = InnerSettings(lr=1e-2, min_lr=1e-3, warmup_steps=10, total_steps=5000)
+    tx = pcp_adamw.build(settings)
+    params = {"bias": jnp.zeros(5)}
+    grads = {"bias": jnp.asarray(np.random.default_rng(0).standard_normal(5), jnp.float32)}
+    state = tx.init(params)
+    for _ in range(3):
+        _, state = tx.update(grads, state, params)
+    ahead = state._replace(schedule_step=jnp.asarray(4000, jnp.int32))
+    own_pace, _ = tx.update(grads, state, params)
+    moved, after = tx.update(grads, ahead, params)
+    ratio = torch_lr(settings, 4000) / torch_lr(settings, 3)
+    np.testing.assert_allclose(moved["bias"], ratio * own_pace["bias"], rtol=1e-5)
+    assert (int(after.count), int(after.schedule_step)) == (4, 4001)
