@@ -26,7 +26,6 @@ import contextlib
 import json
 import os
 import re
-import secrets
 import signal
 import subprocess
 import sys
@@ -42,6 +41,7 @@ from pcp_core.rehearsal.counters import INTERVAL_S, link_use, read_samples
 from pcp_core.rehearsal.cpu import cpu_groups
 from pcp_core.rehearsal.links import Network, emulated_network
 from pcp_core.rehearsal.scenario import Scenario
+from pcp_core.wire.auth import write_secret
 
 log = structlog.get_logger(__name__)
 
@@ -96,17 +96,6 @@ class _Processes:
 
     def exit_codes(self) -> dict[str, int | None]:
         return {name: process.poll() for name, process in self.running.items()}
-
-
-def write_token(path: Path) -> Path:
-    """Write a fresh shared secret to `path`, readable by its owner only."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with contextlib.suppress(FileNotFoundError):
-        path.unlink()
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    with os.fdopen(descriptor, "w") as file:
-        file.write(secrets.token_hex(32))
-    return path
 
 
 def shepherd_argv(
@@ -229,7 +218,7 @@ def started_run(
     every process, then remove the network, on exit."""
     run_dir = Path(run_dir)
     (run_dir / "logs").mkdir(parents=True, exist_ok=True)
-    write_token(run_dir / "token")
+    write_secret(run_dir / "token")
     quotas = {w.name: w.cpus for w in scenario.workers if w.cpus is not None}
     with emulated_network(scenario) as network, cpu_groups(quotas, network.tag) as cpu:
         counters = [sys.executable, "-m", "pcp_core.rehearsal.counters", "eth0"]

@@ -4,7 +4,6 @@ listener, and the local workers of the one-command form (`pcp train --workers N`
 import collections
 import contextlib
 import errno
-import os
 import ssl
 import sys
 from collections.abc import Iterator
@@ -99,12 +98,8 @@ def open_endpoint(config: RunConfig, plugins: Any, local_workers: bool) -> Endpo
 
 def generated_secret(run_dir: Path, announce: bool) -> bytes:
     """A fresh secret for loopback workers, written to RUN_DIR/token (mode 0600)."""
-    secret = auth.generate_secret()
     token_path = run_dir / "token"
-    descriptor = os.open(token_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(descriptor, "wb") as file:
-        os.fchmod(file.fileno(), 0o600)  # an existing file keeps its mode otherwise
-        file.write(secret)
+    secret = auth.write_secret(token_path)
     if announce:
         log.info("generated a shared secret for loopback workers", token_file=str(token_path))
     return secret

@@ -55,6 +55,18 @@ def generate_secret() -> bytes:
     return secrets.token_hex(32).encode()
 
 
+def write_secret(path: Path) -> bytes:
+    """Write a fresh secret to `path`, readable and writable by its owner only (an
+    existing file is replaced and loses any wider mode); return it."""
+    secret = generate_secret()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(descriptor, "wb") as file:
+        os.fchmod(file.fileno(), 0o600)  # an existing file keeps its mode otherwise
+        file.write(secret)
+    return secret
+
+
 def nonce() -> bytes:
     return secrets.token_bytes(NONCE_BYTES)
 
