@@ -6,6 +6,7 @@ back to the host. Parameters are read back only when asked (evaluation, checkpoi
 sync).
 """
 
+import os
 from typing import Any
 
 import numpy as np
@@ -17,6 +18,12 @@ from pcp_core.program.build import ENTRY_FUNCTION, TensorSpec, conforming
 log = structlog.get_logger(__name__)
 
 STAGING_ALIGNMENT = 256  # bytes between tensors in a staging buffer
+
+# IREE opens an MPI channel provider (and calls MPI_Init) when any of these is set, and
+# fails to create a device when no libmpi loads. PCP workers exchange nothing through
+# MPI, so a worker that `mpirun` or `srun --mpi` started hides them from IREE
+# (`pcp_core.launch.ranks` has already read its rank from the others).
+IREE_MPI_VARIABLES = ("PMI_SIZE", "OMPI_COMM_WORLD_SIZE", "MPIEXEC_HOSTNAME")
 
 
 def _first_line(error: BaseException) -> str:
@@ -69,6 +76,8 @@ def open_device(
     """The HAL device `device_index` (default the first) of an IREE runtime driver."""
     hal_driver, devices = _query_devices(driver, hint, runtime_flags)
     index = _device_index(driver, devices, device_index)
+    for name in IREE_MPI_VARIABLES:
+        os.environ.pop(name, None)
     try:
         return hal_driver.create_device(devices[index]["device_id"])
     except (RuntimeError, ValueError) as error:
