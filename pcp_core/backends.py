@@ -285,3 +285,27 @@ def iree_device_dump(driver: str) -> list[dict[str, str]]:
             # CUDA and HIP print "- gpu-compute-capability: 9.0", Vulkan "type: cpu"
             devices[-1].setdefault(key.strip().removeprefix("- "), value.strip())
     return devices
+
+
+# `pcp worker --backend auto` takes the first of these that is installed and finds a
+# device: XLA where it sees a GPU (the fastest PCP runs on NVIDIA), the IREE GPU
+# backends, Vulkan on real hardware, then the CPU
+AUTO_ORDER = ("xla", "cuda", "rocm", "metal", "vulkan", "cpu")
+SOFTWARE_RENDERERS = ("llvmpipe", "lavapipe", "swiftshader")
+
+
+def auto_backend(reports: "list[DeviceReport]") -> str | None:
+    """The backend `--backend auto` picks from `pcp devices`' reports, or None."""
+    by_name = {report.backend: report for report in reports if report.available}
+    for name in AUTO_ORDER:
+        report = by_name.get(name)
+        if report is None or not report.devices:
+            continue
+        if name == "xla" and report.arch == "cpu":
+            continue  # XLA on the host: the IREE cpu backend is faster there
+        if name == "vulkan" and all(
+            any(s in device.lower() for s in SOFTWARE_RENDERERS) for device in report.devices
+        ):
+            continue
+        return name
+    return None

@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # types only: importing this module must stay instant
     from pcp_core.backends import Backend
     from pcp_core.codecs import Codec
     from pcp_core.data.text import DatasetSource
+    from pcp_core.launchers import Launcher
     from pcp_core.models import Model
     from pcp_core.optimizers import InnerOptimizer, OuterOptimizer
     from pcp_core.watch.metrics import MetricSink
@@ -67,6 +68,11 @@ def pcp_register_datasets(register: "Callable[[DatasetSource], None]") -> None:
 @hookspec
 def pcp_register_metric_sinks(register: "Callable[[MetricSink], None]") -> None:
     """Register `pcp_core.watch.metrics.MetricSink` objects: each run hands them every record."""
+
+
+@hookspec
+def pcp_register_launchers(register: "Callable[[Launcher], None]") -> None:
+    """Register `pcp_core.launchers.Launcher` objects (how `pcp launch` starts a run)."""
 
 
 @hookspec

@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # types only: plugin discovery must not import what it finds
     from pcp_core.backends import Backend
     from pcp_core.codecs import Codec
     from pcp_core.data.text import DatasetSource
+    from pcp_core.launchers import Launcher
     from pcp_core.models import Model
     from pcp_core.optimizers import InnerOptimizer, OuterOptimizer
     from pcp_core.watch.metrics import MetricSink
@@ -44,6 +45,7 @@ REGISTRY_HOOKS: dict[str, str] = {
     "model": "pcp_register_models",
     "dataset": "pcp_register_datasets",
     "metric_sink": "pcp_register_metric_sinks",
+    "launcher": "pcp_register_launchers",
 }
 
 
@@ -208,6 +210,9 @@ class PluginHost:
 
     def dataset(self, name: str) -> "DatasetSource":
         return self.registries["dataset"].get(name)
+
+    def launcher(self, name: str) -> "Launcher":
+        return self.registries["launcher"].get(name)
 
     def metric_sinks(self) -> "list[MetricSink]":
         return self.registries["metric_sink"].values()

@@ -8,7 +8,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from pcp_core import exit_codes
-from pcp_core.backends import Backend, DeviceReport, iree_device_dump
+from pcp_core.backends import Backend, DeviceReport, auto_backend, iree_device_dump
 from pcp_core.iree.runtime import IreeRuntime
 from pcp_core.testing import install_fake_plugin
 from tests.conftest import run_pcp
@@ -143,3 +143,17 @@ def test_local_workers_of_one_backend_take_its_devices_in_turn() -> None:
     assert local_devices(config, plugins) == [None, None]  # one each: nothing to spread
     config = RunConfig(device=1, plugins={SHEPHERD: ShepherdSettings(worker_backends="gpu2,gpu2")})
     assert local_devices(config, plugins) == [1, 1]
+
+
+def report(name: str, devices: list[str], arch: str = "x", available: bool = True) -> Any:
+    return DeviceReport(name, "r", available, devices, arch, "")
+
+
+def test_auto_takes_the_fastest_backend_with_a_real_device() -> None:
+    cpu_only = [report("cpu", ["0: host"]), report("xla", ["0: cpu"], arch="cpu")]
+    assert auto_backend(cpu_only) == "cpu"
+    lavapipe = [*cpu_only, report("vulkan", ["0: llvmpipe (LLVM 15)"])]
+    assert auto_backend(lavapipe) == "cpu"
+    gpu = [*lavapipe, report("cuda", ["0: H100"]), report("xla", ["0: cuda:0"], arch="cuda")]
+    assert auto_backend(gpu[:-1]) == "cuda" and auto_backend(gpu[1:]) == "xla"
+    assert auto_backend([report("cpu", [], available=False)]) is None

@@ -27,7 +27,8 @@ def test_writes_an_installable_package(tmp_path: Path, kind: str) -> None:
     assert "PCP_PLUGIN_API = 5" in source and f'"my-{kind}"' in source
     compile(source, module, "exec")
     assert "Conformance" in (root / "tests" / f"test_{kind}.py").read_text()
-    assert f"--{kind} my-{kind}" in (root / "README.md").read_text()
+    usage = f"pcp launch my-{kind}" if kind == "launcher" else f"--{kind} my-{kind}"
+    assert usage in (root / "README.md").read_text()
 
 
 @pytest.mark.parametrize(

@@ -6,7 +6,7 @@ import sys
 import typer
 
 from pcp_core import plugins
-from pcp_core.cli import info, training, worker
+from pcp_core.cli import info, launch, training, worker
 from pcp_core.cli.common import LOG_FORMATS, configure_logging, fail
 from pcp_core.cli.data import data_app
 from pcp_core.cli.plot import plot
@@ -41,6 +41,7 @@ def setup(
 app.callback()(setup)
 worker.register(app)
 info.register(app)
+launch.register(app)
 app.add_typer(data_app, name="data")
 app.command("plot")(plot)
 

@@ -139,7 +139,9 @@ NEW_PLUGIN_HELP = (
 def plugin_new(
     name: str = typer.Argument(..., help="Registered name, e.g. my-sgd (package pcp-my-sgd)."),
     kind: str = typer.Option(
-        ..., "--kind", help="backend, optimizer, transport, algorithm, model, dataset or codec."
+        ...,
+        "--kind",
+        help="backend, optimizer, transport, algorithm, model, dataset, codec or launcher.",
     ),
     directory: Path = typer.Option(Path("."), "--dir", help="Where to create pcp-NAME/."),
 ) -> None:

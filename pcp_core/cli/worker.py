@@ -5,16 +5,24 @@ import sys
 from pathlib import Path
 from typing import Optional
 
+import structlog
 import typer
 
 from pcp_core import config as run_config
 from pcp_core import exit_codes, plugins
 from pcp_core.cli.common import fail, run_or_explain
 
+log = structlog.get_logger(__name__)
+
 
 def worker(
     connect: str = typer.Option(..., "--connect", help="The shepherd's HOST:PORT."),
-    backend: str = typer.Option("cpu", "--backend", help="Hardware backend to run on."),
+    backend: str = typer.Option(
+        "cpu",
+        "--backend",
+        help="Hardware backend to run on; auto: the fastest that `pcp devices` finds usable "
+        "here (xla on a GPU, then cuda, rocm, metal, vulkan on real hardware, cpu).",
+    ),
     target: Optional[str] = typer.Option(  # noqa: UP045
         None, "--target", help="Device architecture (default: detect)."
     ),
@@ -90,6 +98,8 @@ def worker(
         fail(f"--restarts must not be negative, got {restarts}")
     if devices is not None and device is not None:
         fail("--device and --devices name the same thing: give one")
+    if backend == "auto":
+        backend = auto_backend_here()
     # imported here, not at the top: keeps `pcp --help` fast
     from pcp_core.wire.auth import AuthError, load_secret
 
@@ -122,6 +132,8 @@ def worker(
 
         die_with_parent()
         chosen = device if devices is None else chosen_devices(backend, devices)
+        if chosen is None:
+            chosen = device_of_rank(backend)
         try:
             options = worker_runtime.WorkerOptions(
                 host=host.strip("[]"),
@@ -163,6 +175,36 @@ def chosen_devices(backend_name: str, devices: str) -> tuple[int, ...]:
         return parse_devices(devices, len(found.devices))
     except ValueError as error:
         fail(f"{error}{f' ({found.note})' if found.note else ''}")
+
+
+def auto_backend_here() -> str:
+    """`--backend auto`: the backend picked from this machine's devices, logged."""
+    from pcp_core.backends import auto_backend
+
+    backends = plugins.host().registries["backend"].values()
+    reports = [backend.runtime.describe_devices(backend) for backend in backends]
+    chosen = auto_backend(reports)
+    if chosen is None:
+        fail("--backend auto: no installed backend finds a device here (see `pcp devices`)")
+    log.info("backend chosen", backend=chosen, by="auto")
+    return chosen
+
+
+def device_of_rank(backend_name: str) -> int | None:
+    """In an MPI or Slurm job (`mpirun -n 4 pcp worker ...`), the device of this
+    worker's rank on the node, on a machine with several; else None (the first)."""
+    from pcp_core.launch.ranks import device_for, job_rank
+
+    rank = job_rank()
+    if rank is None:
+        return None
+    backend = plugins.host().backend(backend_name)
+    count = len(backend.runtime.describe_devices(backend).devices)
+    chosen = device_for(rank, count)
+    log.info(
+        "job rank", rank=rank.rank, local_rank=rank.local_rank, source=rank.source, device=chosen
+    )
+    return chosen
 
 
 def register(app: typer.Typer) -> None:

@@ -14,6 +14,7 @@ SUITES = {
     "CodecConformance": "codec_suite",
     "DatasetConformance": "dataset_suite",
     "InnerOptimizerConformance": "optimizer_suite",
+    "LauncherConformance": "launcher_suite",
     "ModelConformance": "model_suite",
     "OuterOptimizerConformance": "optimizer_suite",
     "TransportConformance": "transport_suite",

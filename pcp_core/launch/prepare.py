@@ -1,0 +1,115 @@
+"""What `pcp launch` does for every launcher: check the request, make the run
+directory, write the secret and the plan's files owner-only, submit."""
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import structlog
+
+from pcp_core.launchers import Launcher, LaunchError, LaunchPlan, LaunchRequest
+from pcp_core.run.directory import earlier_run
+from pcp_core.wire.auth import write_secret
+
+log = structlog.get_logger(__name__)
+
+RECORD = "launch.json"  # what was launched, how, and how to resubmit
+
+
+def build_request(
+    launcher: Launcher,
+    run_dir: Path,
+    workers: int,
+    port: int,
+    python: str,
+    shepherd_args: Sequence[str],
+    worker_args: Sequence[str],
+    options: Mapping[str, str],
+) -> LaunchRequest:
+    """The request, checked: LaunchError for what no launcher could use."""
+    if workers < 1:
+        raise LaunchError(f"--workers must be at least 1, got {workers}")
+    if not 0 < port < 65536:
+        raise LaunchError(f"--port must be from 1 to 65535, got {port}")
+    unknown = sorted(set(options) - set(launcher.options))
+    if unknown:
+        known = ", ".join(sorted(launcher.options)) or "none"
+        raise LaunchError(
+            f"launcher {launcher.name!r} takes no option {', '.join(unknown)} (it takes: {known})"
+        )
+    for word in (*shepherd_args, *worker_args):
+        if word in ("--token-file", "--out", "--resume", "--workers", "--connect"):
+            raise LaunchError(f"{word} is set by pcp launch; leave it out")
+    run_dir = run_dir.expanduser().resolve()
+    if found := earlier_run(run_dir / "shepherd"):
+        raise LaunchError(
+            f"{run_dir} already holds a launched run ({', '.join(found)}); resubmit it with "
+            "the command in its launch.json, or pick another --run-dir"
+        )
+    return LaunchRequest(
+        run_dir=run_dir,
+        token_file=run_dir / "token",
+        workers=workers,
+        port=port,
+        python=python,
+        shepherd_args=tuple(shepherd_args),
+        worker_args=tuple(worker_args),
+        options=dict(options),
+    )
+
+
+def write(launcher: Launcher, request: LaunchRequest, dry_run: bool) -> LaunchPlan:
+    """Plan the launch and write the secret and the plan's files into the run
+    directory; LaunchError if the plan cannot be submitted from here (unless `dry_run`)."""
+    plan = launcher.plan(request)
+    tool = launcher.tool
+    if not dry_run and plan.submit and tool and shutil.which(tool) is None:
+        raise LaunchError(
+            f"{tool} is not on PATH, so launcher {launcher.name!r} cannot submit from this "
+            "machine; --dry-run writes the files without submitting"
+        )
+    try:
+        request.run_dir.mkdir(parents=True, exist_ok=True)
+        write_secret(request.token_file)
+        for name, text in plan.files.items():
+            write_private(request.run_dir / name, text, executable=name == plan.executable)
+        write_private(
+            request.run_dir / RECORD, json.dumps(record(launcher, request, plan), indent=2)
+        )
+    except OSError as error:
+        raise LaunchError(f"cannot write {request.run_dir}: {error.strerror or error}") from None
+    log.debug("launch written", launcher=launcher.name, run_dir=str(request.run_dir))
+    return plan
+
+
+def submit(plan: LaunchPlan, request: LaunchRequest) -> int:
+    """Run the plan's submit command in the run directory; its exit status."""
+    assert plan.submit is not None
+    return subprocess.run(plan.submit, cwd=request.run_dir, check=False).returncode
+
+
+def write_private(path: Path, text: str, executable: bool = False) -> None:
+    """Write `text` to `path` readable by its owner only (0600, or 0700 if `executable`),
+    whatever the umask and whatever mode a file already there had."""
+    mode = 0o700 if executable else 0o600
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
+        os.fchmod(file.fileno(), mode)
+        file.write(text if text.endswith("\n") else text + "\n")
+
+
+def record(launcher: Launcher, request: LaunchRequest, plan: LaunchPlan) -> dict:
+    """launch.json: what was launched (no secret: only the token file's path)."""
+    return {
+        "launcher": launcher.name,
+        "run_dir": str(request.run_dir),
+        "workers": request.workers,
+        "port": request.port,
+        "options": dict(request.options),
+        "shepherd": request.shepherd_command(),
+        "files": sorted(plan.files),
+        "submit": list(plan.submit) if plan.submit else None,
+    }
