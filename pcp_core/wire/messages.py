@@ -28,7 +28,9 @@ import numpy as np
 # 7: a pseudo-gradient may cross encoded (RunSettings.codec); a Result says how long that took
 # 8: a round may be a time budget (Assignment.budget_s)
 # 9: a seal covers a tensor's bytes as the digests of its chunks (pcp_core.wire.channel)
-PROTOCOL_VERSION = 9
+# 10: a budgeted round says where the run's learning-rate schedule stands
+#     (Assignment.schedule_step)
+PROTOCOL_VERSION = 10
 
 
 @dataclass
@@ -183,6 +185,9 @@ class Assignment:
     tensors: list[Tensor] = field(default_factory=list)  # global params
     attempt: int = 0  # a retried round has the same round and a new attempt
     budget_s: float = 0.0  # 0: exactly inner_steps
+    # a budgeted round's place in the run's schedule, in steps (the leading worker's steps
+    # so far); -1: round × inner_steps
+    schedule_step: int = -1
 
     def most_steps(self) -> int:
         """The most inner steps a worker may run (and report) for this round."""

@@ -47,7 +47,8 @@ class SpeculationDropped(Exception):
 
 def predicted(done: Assignment) -> Assignment:
     """The Assignment the shepherd will most likely send after `done`, without tensors:
-    the round goes on from the worker's own parameters until the real one arrives."""
+    the round goes on from the worker's own parameters until the real one arrives (and
+    its schedule from the real one's `schedule_step`)."""
     return Assignment(
         done.round + 1,
         done.inner_steps,
@@ -55,6 +56,7 @@ def predicted(done: Assignment) -> Assignment:
         done.shard_count,
         done.seed,
         budget_s=done.budget_s,
+        schedule_step=done.schedule_step + done.inner_steps if done.schedule_step >= 0 else -1,
     )
 
 

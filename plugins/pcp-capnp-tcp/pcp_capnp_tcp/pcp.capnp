@@ -84,6 +84,7 @@ struct Assignment {
   seed @4 :Int64;
   attempt @5 :UInt32;
   budgetS @6 :Float64;
+  scheduleStep @7 :Int64 = -1;
 }
 
 struct Result {

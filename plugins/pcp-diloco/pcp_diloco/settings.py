@@ -125,8 +125,9 @@ class DilocoSettings:
         "slowest worker's one call), each worker "
         "running as many steps as fit, so unequal machines report together and none "
         "idles. A duration such as 30s: that many seconds each. A budgeted worker runs "
-        "at least one call and at most 4 x --inner-steps steps; its learning-rate "
-        "schedule follows the run's rounds (pcp_diloco.budgets).",
+        "at least one call and at most 4 x --inner-steps steps; the learning-rate "
+        "schedule and --steps follow the steps of each round's leading worker "
+        "(pcp_diloco.budgets).",
         check=lambda value: None if budget_seconds(value) is not None else BUDGET_WRONG,
     )
     merge: str = setting(

@@ -122,9 +122,9 @@ def run(ctx: RunContext) -> dict[str, Any]:
     state = RunState(run_id=uuid.uuid4().hex)
     if ctx.resume:
         state = resume(ctx, setup, params, outer_step)
-        if state.next_round >= rounds:
+        if not state.goes_on(diloco.round_steps, config.steps):
             raise ConfigError(
-                f"the run in {ctx.run_dir} has finished all {rounds} rounds; "
+                f"the run in {ctx.run_dir} has finished its {config.steps} steps; "
                 "pass a larger --steps to train further"
             )
     delta = [np.zeros_like(p) for p in params]  # the mean of a round's pseudo-gradients
@@ -159,16 +159,23 @@ def run(ctx: RunContext) -> dict[str, Any]:
         shepherd.wait_for_workers(config.shepherd.workers, config.shepherd.join_timeout)
         utilisation = Utilisation(config.shepherd.workers)
         ctx.progress.start(config.steps, f"diloco on {config.shepherd.workers} workers")
-        for index in range(state.next_round, rounds):
+        while state.goes_on(diloco.round_steps, config.steps):
+            index, position = state.next_round, state.position(diloco.round_steps)
             shards = max(config.shepherd.workers, *(i + 1 for i in shepherd.links))
             budget_s = budget.seconds()
 
             def assignment(
-                worker: int, index: int = index, shards: int = shards, budget_s: float = budget_s
+                worker: int,
+                index: int = index,
+                shards: int = shards,
+                budget_s: float = budget_s,
+                position: int = position,
             ) -> Assignment:
                 shard = (worker + index) % shards
                 return Assignment(
-                    index, diloco.round_steps, shard, shards, config.seed, budget_s=budget_s
+                    *(index, diloco.round_steps, shard, shards, config.seed),
+                    budget_s=budget_s,
+                    schedule_step=position if budget_s > 0 else -1,
                 )
 
             synced = of_round(index, len(fragments))
@@ -184,7 +191,6 @@ def run(ctx: RunContext) -> dict[str, Any]:
             )
             budget.learn(outcome.reported)
 
-            step = (index + 1) * diloco.round_steps
             tail = config.steps_per_call
             worker_losses = {
                 str(w): float(np.mean(r.losses[-tail:])) for w, r in sorted(outcome.results.items())
@@ -205,6 +211,10 @@ def run(ctx: RunContext) -> dict[str, Any]:
             state.bytes_sent += outcome.bytes_sent
             state.bytes_received += outcome.bytes_received
             state.next_round = index + 1
+            # the schedule follows the leading worker: a budgeted round that let the
+            # fastest run 1.1 H steps moves the run 1.1 H through its schedule and --steps
+            advance = max(worker_steps.values()) if budget_s > 0 else diloco.round_steps
+            state.schedule_step = step = position + advance
             record = {
                 "round": index,
                 "step": step,
@@ -228,7 +238,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 "encode_s": round(max(r.encode_s for r in outcome.results.values()), 4),
                 "decode_s": round(outcome.decode_s, 4),
             }
-            evaluate = setup.evaluates_after(step, diloco.round_steps)
+            last = not state.goes_on(diloco.round_steps, config.steps)
+            evaluate = last or setup.evaluates_after(step, advance)
             if evaluate:
                 status.set_state("evaluating", round=index)
                 state.val_loss = setup.validation_loss(params)
@@ -259,7 +270,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
         wall_time_s,
     )
     return summary | {
-        "rounds": rounds,
+        "rounds": state.next_round,
         "bytes_sent": state.bytes_sent,
         "bytes_received": state.bytes_received,
         "setup_bytes": shepherd.setup_bytes,
@@ -280,6 +291,18 @@ class RunState:
     bytes_sent: int = 0
     bytes_received: int = 0
     val_loss: float | None = None
+    schedule_step: int | None = None  # None: next_round × H (a checkpoint from before)
+
+    def position(self, round_steps: int) -> int:
+        """The steps of the run's schedule behind it: H a round, or, in budgeted rounds,
+        the steps the leading worker of each round ran."""
+        if self.schedule_step is None:
+            return self.next_round * round_steps
+        return self.schedule_step
+
+    def goes_on(self, round_steps: int, steps: int) -> bool:
+        """Whether another round fits in the run's --steps."""
+        return self.position(round_steps) + round_steps <= steps
 
     def metadata(self) -> dict[str, Any]:
         return {"diloco": dataclasses.asdict(self)}

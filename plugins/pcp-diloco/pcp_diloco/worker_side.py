@@ -45,7 +45,7 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
     elif session.anchor is None:
         raise TransportError(f"round {assignment.round} came without the global parameters")
     if assignment.budget_s > 0:
-        start_schedule_at(session, told, assignment.round * assignment.inner_steps)
+        start_schedule_at(session, told, schedule_position(assignment))
     steps_per_call = session.settings.steps_per_call
     started, waited = time.perf_counter(), 0.0
     losses: list[float] = []
@@ -59,6 +59,8 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
         if arrived is not None:
             take_in(session, told, arrived.tensors, fold=True)
             budget_s = arrived.budget_s
+            if budget_s > 0:  # the speculative round guessed the schedule's place
+                start_schedule_at(session, told, schedule_position(arrived) + len(losses))
         return arrived is not None
 
     for call in range(assignment.most_steps() // steps_per_call):
@@ -85,9 +87,18 @@ def spent(budget_s: float, elapsed_s: float, calls: int) -> bool:
     return budget_s > 0 and elapsed_s + elapsed_s / calls / 2 > budget_s
 
 
+def schedule_position(assignment: Assignment) -> int:
+    """Where a budgeted round starts in the run's learning-rate schedule: the shepherd's
+    `schedule_step` (the leading worker's steps so far), or round × H from a shepherd
+    that gives none."""
+    if assignment.schedule_step >= 0:
+        return assignment.schedule_step
+    return assignment.round * assignment.inner_steps
+
+
 def start_schedule_at(session: WorkerSession, told: DilocoWorkerSettings, step: int) -> None:
     """Set the inner optimizer's step counters (its learning-rate schedule) to `step`: in
-    budgeted rounds the schedule follows the run's rounds, not this worker's own steps,
+    budgeted rounds the schedule follows the run's position, not this worker's own steps,
     so a slow worker does not lag behind in warm-up and decay."""
     if told.schedule_counters:
         set_opt_tensors(session.executor, dict.fromkeys(told.schedule_counters, step))

@@ -2,6 +2,7 @@
 (`--merge`): the budget learnt from the reports, a worker's round that fits its budget
 and follows the run's schedule, the weighted mean, and a run on loopback."""
 
+import itertools
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -166,6 +167,16 @@ def test_a_budgeted_round_runs_the_calls_that_fit(
     np.testing.assert_array_equal(worker.executor.state[1], 1)  # the rest as it was
 
 
+def test_a_budgeted_round_starts_its_schedule_where_the_shepherd_says(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    worker = budgeted_session(0.1, monkeypatch)
+    params = [Tensor("p", np.zeros(2, np.float32))]
+    given = Assignment(3, 20, 0, 1, 0, params, budget_s=1.0, schedule_step=77)
+    work = worker_side.worker_round(worker, given)
+    assert int(worker.executor.state[0]) == 77 + len(work.losses)
+
+
 MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "batch_size": 8}
 
 
@@ -187,5 +198,11 @@ def test_a_run_with_auto_budgets_trains_and_records_each_workers_steps(tmp_path:
     assert all(r["budget_s"] > MEASURING_S for r in rounds[1:])
     steps = sum(sum(r["worker_steps"].values()) for r in rounds)
     assert summary["tokens"] == steps * 8 * 32
+    # the schedule follows the leading worker's steps, and the run ends when a round of H
+    # steps no longer fits in --steps
+    leading = list(itertools.accumulate(max(r["worker_steps"].values()) for r in rounds))
+    assert [r["step"] for r in rounds] == leading
+    assert leading[-1] > 120 - 20 and leading[-2] <= 120 - 20
+    assert "val_loss" in rounds[-1] and summary["rounds"] == len(rounds)
     assert set(summary["worker_utilisation"]) == {"0", "1"}
     assert summary["final_val_loss"] < 0.8 * summary["unigram_entropy"]
