@@ -153,7 +153,9 @@ def run(ctx: RunContext) -> dict[str, Any]:
     )
     checkpoints = OneInFlight("checkpoint")
     status = ctx.status
-    status.describe(rounds=rounds, model=config.model, parameters=setup.program.parameter_count)
+    # budgeted rounds end when the leading worker's steps reach --steps: no count ahead
+    planned = rounds if diloco.round_budget == "steps" else None
+    status.describe(rounds=planned, model=config.model, parameters=setup.program.parameter_count)
     with distributed.shepherd(ctx, setup, settings) as shepherd:
         status.set_state("waiting for workers", workers=config.shepherd.workers)
         shepherd.wait_for_workers(config.shepherd.workers, config.shepherd.join_timeout)
