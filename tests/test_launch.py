@@ -58,6 +58,7 @@ def test_a_dry_run_writes_an_owner_only_script_and_a_secret_only_in_the_token(
         (["ssh", "--workers", "2"], "ssh"),
         (["slurm"], "give a LAUNCHER and --workers"),
         (["slurm", "--workers", "2", "--", "--token-file", "t"], "--token-file is set by"),
+        (["mpi", "--workers", "2", "--", "--port=9000"], "--port is pcp launch's own"),
     ],
 )
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], message: str) -> None:

@@ -41,8 +41,11 @@ def build_request(
             f"launcher {launcher.name!r} takes no option {', '.join(unknown)} (it takes: {known})"
         )
     for word in (*shepherd_args, *worker_args):
-        if word in ("--token-file", "--out", "--resume", "--workers", "--connect"):
-            raise LaunchError(f"{word} is set by pcp launch; leave it out")
+        flag = word.split("=", 1)[0]
+        if flag in ("--token-file", "--out", "--resume", "--workers", "--connect", "--host"):
+            raise LaunchError(f"{flag} is set by pcp launch; leave it out")
+        if flag == "--port":
+            raise LaunchError("--port is pcp launch's own option: give it before --")
     run_dir = run_dir.expanduser().resolve()
     if found := earlier_run(run_dir / "shepherd"):
         raise LaunchError(
