@@ -1,5 +1,5 @@
 """PCP's own model, dataset, algorithm, codec, metrics writer and launchers (Slurm,
-MPI), registered as plugins are.
+MPI, Kubernetes), registered as plugins are.
 
 Each hook imports what it registers when it is called, not at the top: plugin
 discovery runs on every `pcp` start, and `pcp --help` must not pay for the model.
@@ -52,8 +52,10 @@ def pcp_register_metric_sinks(register) -> None:
 
 @hookimpl
 def pcp_register_launchers(register) -> None:
-    from pcp_core.launch.mpi import MPI  # here: keeps `pcp --help` fast
+    from pcp_core.launch.kubernetes import KUBERNETES  # here: keeps `pcp --help` fast
+    from pcp_core.launch.mpi import MPI
     from pcp_core.launch.slurm import SLURM
 
     register(SLURM)
     register(MPI)
+    register(KUBERNETES)

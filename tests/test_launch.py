@@ -4,6 +4,7 @@ engine (tests/test_launch_engines.py runs them on real Slurm and Open MPI)."""
 import json
 import stat
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -20,6 +21,46 @@ class TestSlurmLauncher(LauncherConformance):
 
 class TestMpiLauncher(LauncherConformance):
     launcher_name = "mpi"
+
+
+class TestKubernetesLauncher(LauncherConformance):
+    launcher_name = "kubernetes"
+    options: ClassVar[dict[str, str]] = {"image": "registry.example/pcp:0.1"}
+
+
+def test_the_kubernetes_manifests_validate_against_the_schema(tmp_path: Path) -> None:
+    import kubernetes_validate
+
+    run_dir = tmp_path / "k8s run"
+    result = run_pcp(
+        *("launch", "kubernetes", "--workers", "3", "--run-dir", str(run_dir), "--dry-run"),
+        *("-o", "image=registry.example/pcp:0.1", "-o", "gpus-per-worker=1"),
+        *("-o", "run-claim=pcp-runs", "--worker-args", "--backend xla", "--", *SETTINGS),
+    )
+    assert result.returncode == 0, result.stderr
+    manifests = json.loads((run_dir / "kubernetes.json").read_text())
+    kinds = [item["kind"] for item in manifests["items"]]
+    assert kinds == ["Service", "Deployment", "Job"]
+    for item in manifests["items"]:
+        kubernetes_validate.validate(item, "1.30.0", strict=True)
+    _, deployment, job = manifests["items"]
+    pod = deployment["spec"]["template"]["spec"]
+    assert pod["volumes"][0]["secret"]["defaultMode"] == 0o400
+    assert pod["containers"][0]["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert job["spec"]["completions"] == 3 and job["spec"]["completionMode"] == "Indexed"
+    worker = job["spec"]["template"]["spec"]["containers"][0]
+    assert worker["resources"]["limits"] == {"nvidia.com/gpu": 1}
+    assert "pcp-k8s-run-shepherd:7070" in worker["command"] and "xla" in worker["command"]
+    secret = (run_dir / "token").read_text().strip()
+    apply = (run_dir / "apply.sh").read_text()
+    assert "--from-file=token=" in apply and secret not in apply
+
+
+def test_kubernetes_needs_an_image(tmp_path: Path) -> None:
+    result = run_pcp(
+        "launch", "kubernetes", "--workers", "2", "--run-dir", str(tmp_path), "--dry-run"
+    )
+    assert result.returncode == 2 and "needs -o image=IMAGE" in result.stderr
 
 
 def test_a_dry_run_writes_an_owner_only_script_and_a_secret_only_in_the_token(
