@@ -177,6 +177,19 @@ def test_a_budgeted_round_starts_its_schedule_where_the_shepherd_says(
     assert int(worker.executor.state[0]) == 77 + len(work.losses)
 
 
+def test_a_speculative_round_takes_the_schedule_of_the_assignment_that_arrives(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    worker = budgeted_session(0.1, monkeypatch)
+    params = [Tensor("p", np.zeros(2, np.float32))]
+    worker_side.worker_round(worker, Assignment(3, 20, 0, 1, 0, params, budget_s=1.0))
+    coming = [Assignment(4, 20, 0, 1, 0, params, budget_s=1.0, schedule_step=500)]
+    worker.arrived = lambda wait: coming.pop() if coming else None  # type: ignore[method-assign]
+    guessed = Assignment(4, 20, 0, 1, 0, budget_s=1.0, schedule_step=80)  # no tensors
+    work = worker_side.worker_round(worker, guessed)
+    assert not coming and int(worker.executor.state[0]) == 500 + len(work.losses)
+
+
 MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32, "batch_size": 8}
 
 

@@ -18,7 +18,9 @@ def test_the_predicted_round_is_the_next_one_on_the_next_shard_without_tensors()
     done = Assignment(4, 50, shard_index=2, shard_count=3, seed=7, attempt=1)
     ahead = predicted(done)
     assert (ahead.round, ahead.attempt, ahead.shard_index, ahead.inner_steps) == (5, 0, 0, 50)
-    assert ahead.tensors == [] and ahead.seed == 7
+    assert ahead.tensors == [] and ahead.seed == 7 and ahead.schedule_step == -1
+    # a budgeted round's schedule goes on H further, until the real Assignment says
+    assert predicted(Assignment(4, 50, 2, 3, 7, schedule_step=230)).schedule_step == 280
 
 
 def train(out: Path, overlap: str) -> dict:
