@@ -15,7 +15,9 @@ from pcp_core.cli.common import fail, run_or_explain
 def launch(
     context: typer.Context,
     launcher_name: Optional[str] = typer.Argument(  # noqa: UP045
-        None, metavar="LAUNCHER", help="How to start the run: slurm, mpi, or a plugin's."
+        None,
+        metavar="LAUNCHER",
+        help="How to start the run: slurm, mpi, kubernetes, or a plugin's.",
     ),
     workers: Optional[int] = typer.Option(None, "--workers", help="Workers to start."),  # noqa: UP045
     run_dir: Optional[Path] = typer.Option(  # noqa: UP045

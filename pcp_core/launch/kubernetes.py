@@ -12,6 +12,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pcp_core.launch.script import resume_or_start
 from pcp_core.launchers import Launcher, LaunchError, LaunchPlan, LaunchRequest, shell_join
 
 MANIFESTS = "kubernetes.json"
@@ -110,11 +111,7 @@ def shepherd(name: str, image: str, inside: LaunchRequest, claim: str | None) ->
     started again (kept only with a run-claim), probed on /healthz."""
     command = [*inside.shepherd_command(), "--status-port", str(STATUS_PORT)]
     command += ["--status-host", "0.0.0.0"]
-    out = str(inside.shepherd_dir)
-    start = (
-        f"if compgen -G '{out}/checkpoint*' > /dev/null; then set -- --resume {out}; "
-        f'else set -- --out {out} --overwrite; fi; exec {shell_join(command)} "$@"'
-    )
+    start = resume_or_start(inside.shepherd_dir) + f'exec {shell_join(command)} "${{start[@]}}"'
     probe = {"httpGet": {"path": "/healthz", "port": STATUS_PORT}, "periodSeconds": 10}
     run = {"persistentVolumeClaim": {"claimName": claim}} if claim else {"emptyDir": {}}
     pod = {

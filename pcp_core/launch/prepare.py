@@ -2,7 +2,6 @@
 directory, write the secret and the plan's files owner-only, submit."""
 
 import json
-import os
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -12,7 +11,7 @@ import structlog
 
 from pcp_core.launchers import Launcher, LaunchError, LaunchPlan, LaunchRequest
 from pcp_core.run.directory import earlier_run
-from pcp_core.wire.auth import write_secret
+from pcp_core.wire.auth import write_private, write_secret
 
 log = structlog.get_logger(__name__)
 
@@ -78,10 +77,10 @@ def write(launcher: Launcher, request: LaunchRequest, dry_run: bool) -> LaunchPl
         request.run_dir.mkdir(parents=True, exist_ok=True)
         write_secret(request.token_file)
         for name, text in plan.files.items():
-            write_private(request.run_dir / name, text, executable=name == plan.executable)
-        write_private(
-            request.run_dir / RECORD, json.dumps(record(launcher, request, plan), indent=2)
-        )
+            mode = 0o700 if name == plan.executable else 0o600
+            write_private(request.run_dir / name, as_lines(text), mode)
+        launched = json.dumps(record(launcher, request, plan), indent=2)
+        write_private(request.run_dir / RECORD, as_lines(launched))
     except OSError as error:
         raise LaunchError(f"cannot write {request.run_dir}: {error.strerror or error}") from None
     log.debug("launch written", launcher=launcher.name, run_dir=str(request.run_dir))
@@ -94,14 +93,9 @@ def submit(plan: LaunchPlan, request: LaunchRequest) -> int:
     return subprocess.run(plan.submit, cwd=request.run_dir, check=False).returncode
 
 
-def write_private(path: Path, text: str, executable: bool = False) -> None:
-    """Write `text` to `path` readable by its owner only (0600, or 0700 if `executable`),
-    whatever the umask and whatever mode a file already there had."""
-    mode = 0o700 if executable else 0o600
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
-    with os.fdopen(descriptor, "w", encoding="utf-8") as file:
-        os.fchmod(file.fileno(), mode)
-        file.write(text if text.endswith("\n") else text + "\n")
+def as_lines(text: str) -> bytes:
+    """`text` as UTF-8 that ends with a newline."""
+    return (text if text.endswith("\n") else text + "\n").encode()
 
 
 def record(launcher: Launcher, request: LaunchRequest, plan: LaunchPlan) -> dict:

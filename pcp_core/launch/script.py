@@ -1,5 +1,8 @@
 """The shell a launcher's script runs: start (or resume) the shepherd, start the
-workers, wait, pass signals on. Shared by the Slurm and MPI launchers."""
+workers, wait, pass signals on. Shared by the Slurm and MPI launchers (and the
+Kubernetes shepherd's start)."""
+
+from pathlib import Path
 
 from pcp_core.launchers import LaunchRequest, shell_join
 
@@ -16,20 +19,27 @@ def shepherd_host(request: LaunchRequest) -> str:
     return f"host={shell_join([host]) if host else '$(hostname)'}\n"
 
 
-def start_shepherd(request: LaunchRequest) -> str:
-    """Start `pcp shepherd` in the background as `$shepherd`: resumed from the run's last
-    checkpoint when there is one (a requeued or resubmitted job), else a fresh run in
-    RUN_DIR/shepherd (replacing one that never reached a checkpoint)."""
-    out = shell_join([str(request.shepherd_dir)])
-    command = shell_join(request.shepherd_command())
+def resume_or_start(shepherd_dir: Path) -> str:
+    """Set `start`, the shepherd's run options: `--resume` from the run's last checkpoint
+    when there is one (a requeued or resubmitted job, a restarted pod), else a fresh run
+    in `shepherd_dir` (replacing one that never reached a checkpoint)."""
+    out = shell_join([str(shepherd_dir)])
     return (
         f"if compgen -G {out}'/checkpoint*' > /dev/null; then\n"
-        f'    start=(--resume {out}); echo "pcp launch: resuming {request.shepherd_dir}"\n'
+        f'    start=(--resume {out}); echo "pcp launch: resuming {shepherd_dir}"\n'
         "else\n"
         f"    start=(--out {out} --overwrite)\n"
         "fi\n"
-        f'{command} "${{start[@]}}" >> shepherd.log 2>&1 &\n'
-        "shepherd=$!\n"
+    )
+
+
+def start_shepherd(request: LaunchRequest) -> str:
+    """Start `pcp shepherd` in the background as `$shepherd`, resumed or fresh
+    (`resume_or_start`), its output in RUN_DIR/shepherd.log."""
+    return (
+        resume_or_start(request.shepherd_dir)
+        + f'{shell_join(request.shepherd_command())} "${{start[@]}}" >> shepherd.log 2>&1 &\n'
+        + "shepherd=$!\n"
     )
 
 

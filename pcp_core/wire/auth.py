@@ -56,15 +56,21 @@ def generate_secret() -> bytes:
 
 
 def write_secret(path: Path) -> bytes:
-    """Write a fresh secret to `path`, readable and writable by its owner only (an
-    existing file is replaced and loses any wider mode); return it."""
+    """Write a fresh secret to `path`, readable and writable by its owner only; return
+    it."""
     secret = generate_secret()
     path.parent.mkdir(parents=True, exist_ok=True)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(descriptor, "wb") as file:
-        os.fchmod(file.fileno(), 0o600)  # an existing file keeps its mode otherwise
-        file.write(secret)
+    write_private(path, secret)
     return secret
+
+
+def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write `data` to `path` with `mode` (its owner's alone), whatever the umask and
+    whatever mode a file already there had; a symbolic link there is refused."""
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, mode)
+    with os.fdopen(descriptor, "wb") as file:
+        os.fchmod(file.fileno(), mode)  # an existing file keeps its mode otherwise
+        file.write(data)
 
 
 def nonce() -> bytes:
