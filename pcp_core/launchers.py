@@ -48,7 +48,7 @@ class LaunchRequest:
 
     def shepherd_command(self) -> list[str]:
         """`pcp shepherd` listening on every address, without its `--out`/`--resume`
-        (`pcp_core.launch.script.start_shepherd` picks one at start)."""
+        (`pcp_core.launch.script.resume_or_start` picks one at start)."""
         return [
             *(self.python, "-m", "pcp_core", "shepherd", "--host", "0.0.0.0"),
             *("--port", str(self.port), "--workers", str(self.workers)),
