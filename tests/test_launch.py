@@ -2,7 +2,11 @@
 engine (tests/test_launch_engines.py runs them on real Slurm and Open MPI)."""
 
 import json
+import signal
 import stat
+import subprocess
+import sys
+import time
 from pathlib import Path
 from typing import ClassVar
 
@@ -156,3 +160,23 @@ def test_a_rank_takes_its_device_on_the_node_only_where_there_are_several() -> N
     rank = Rank(rank=5, local_rank=3, size=8, source="SLURM_PROCID")
     assert device_for(rank, 4) == 3 and device_for(rank, 2) == 1
     assert device_for(rank, 1) is None and device_for(None, 8) is None
+
+
+def test_a_sigterm_to_pcp_launch_reaches_the_job_it_runs(tmp_path: Path) -> None:
+    """A launcher whose submit runs the job in the foreground (mpi, ray) stops the job
+    when `pcp launch` is stopped, instead of leaving it running without its parent."""
+    job = "trap 'echo stopped > stopped; exit 3' TERM; touch started; sleep 60 & wait"
+    code = (
+        "import sys; from pathlib import Path\n"
+        "from pcp_core.launch.prepare import submit\n"
+        "from pcp_core.launchers import LaunchPlan, LaunchRequest\n"
+        f"request = LaunchRequest(Path({str(tmp_path)!r}), Path('token'), 1, 7070, 'python')\n"
+        f"sys.exit(submit(LaunchPlan({{}}, ('bash', '-c', {job!r})), request))\n"
+    )
+    launcher = subprocess.Popen([sys.executable, "-c", code])
+    deadline = time.monotonic() + 30
+    while not (tmp_path / "started").exists() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    launcher.send_signal(signal.SIGTERM)
+    assert launcher.wait(30) == 3
+    assert (tmp_path / "stopped").read_text() == "stopped\n"

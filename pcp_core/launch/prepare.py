@@ -3,6 +3,7 @@ directory, write the secret and the plan's files owner-only, submit."""
 
 import json
 import shutil
+import signal
 import subprocess
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -88,9 +89,16 @@ def write(launcher: Launcher, request: LaunchRequest, dry_run: bool) -> LaunchPl
 
 
 def submit(plan: LaunchPlan, request: LaunchRequest) -> int:
-    """Run the plan's submit command in the run directory; its exit status."""
+    """Run the plan's submit command in the run directory; its exit status. A SIGTERM
+    to `pcp launch` is passed on to it (a script or driver that runs the whole job in
+    the foreground stops the job, rather than going on without its parent)."""
     assert plan.submit is not None
-    return subprocess.run(plan.submit, cwd=request.run_dir, check=False).returncode
+    child = subprocess.Popen(plan.submit, cwd=request.run_dir)
+    previous = signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
+    try:
+        return child.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def as_lines(text: str) -> bytes:

@@ -1,0 +1,142 @@
+"""The driver of a Ray launch: `python -m pcp_ray.driver RUN_DIR/pcp-ray.json`.
+
+It joins the Ray cluster, starts the shepherd's actor, then one actor per worker, each
+placed by the resources the plan names, and waits for the shepherd to end. The actors
+belong to the driver: when it ends (the run is over, Ctrl-C, SIGTERM, or the driver
+dies), Ray ends them and their processes with it. A worker actor that dies is restarted
+by Ray (up to `max-restarts` times), its `run` is retried, and the new worker rejoins.
+Running the driver again resumes the run from its last checkpoint.
+"""
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import structlog
+
+from pcp_core.cli.common import configure_logging
+from pcp_core.launch.script import WORKERS_GRACE_S
+
+log = structlog.get_logger(__name__)
+
+POLL_S = 1.0  # how often the driver wakes while it waits (so signals are taken)
+KEPT_FROM_ACTORS = {"PCP_TOKEN"}  # the secret travels in the token file, never through Ray
+
+
+def pcp_environment() -> dict[str, str]:
+    """The driver's PCP_* settings (log format, cache, ...), for the actors' processes:
+    Ray starts actors with its raylet's environment, not the driver's."""
+    return {
+        name: value
+        for name, value in os.environ.items()
+        if name.startswith("PCP_") and name not in KEPT_FROM_ACTORS
+    }
+
+
+class Stopped(Exception):
+    """SIGTERM or SIGINT reached the driver."""
+
+
+def start_actors(plan: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
+    """The shepherd's and the workers' actors, running: (shepherd, workers, the
+    workers' runs, the shepherd's run)."""
+    import ray
+
+    from pcp_ray.actors import PcpProcess
+
+    run_dir = Path(plan["run_dir"])
+    restarts = plan["max_restarts"]
+    runtime_env = {"env_vars": pcp_environment()}
+    shepherd = PcpProcess.options(
+        name="shepherd",
+        num_cpus=1,
+        resources=plan["shepherd_resources"],
+        max_restarts=restarts,
+        max_task_retries=-1,
+        runtime_env=runtime_env,
+    ).remote(plan["shepherd"], str(run_dir / "shepherd.log"), plan["shepherd_dir"])
+    host = ray.get(shepherd.node_address.remote())
+    shepherd_run = shepherd.run.remote()
+    log.info("shepherd started", node=host, log=str(run_dir / "shepherd.log"))
+    workers = [
+        PcpProcess.options(
+            name=f"worker-{index}",
+            num_cpus=plan["cpus_per_worker"],
+            num_gpus=plan["gpus_per_worker"],
+            resources=plan["worker_resources"],
+            max_restarts=restarts,
+            max_task_retries=-1,
+            runtime_env=runtime_env,
+        ).remote(plan["worker"], str(run_dir / f"worker-{index}.log"))
+        for index in range(plan["workers"])
+    ]
+    worker_runs = [worker.run.remote(host) for worker in workers]
+    log.info("workers started", count=len(workers), logs=str(run_dir / "worker-N.log"))
+    return shepherd, workers, worker_runs, shepherd_run
+
+
+def wait_for(refs: list[Any], seconds: float | None) -> list[Any]:
+    """Wait for all of `refs` (None: for ever), waking every POLL_S for signals; the
+    ones still running."""
+    import ray
+
+    deadline = None if seconds is None else time.monotonic() + seconds
+    pending = list(refs)
+    while pending and (deadline is None or time.monotonic() < deadline):
+        _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
+    return pending
+
+
+def run(plan: dict[str, Any]) -> int:
+    """The whole run; the shepherd's exit status."""
+    import ray
+
+    ray.init(address=plan["address"], namespace=plan["namespace"], log_to_driver=False)
+    actors: list[Any] = []
+    try:
+        shepherd, workers, worker_runs, shepherd_run = start_actors(plan)
+        actors = [shepherd, *workers]
+        wait_for([shepherd_run], None)
+        status = ray.get(shepherd_run)
+        log.info("the shepherd ended", status=status)
+        # a shepherd that stopped the run tells its workers; one that failed does not
+        wait_for(worker_runs, WORKERS_GRACE_S if status == 0 else 0)
+        return status
+    finally:
+        for actor in actors:
+            ray.kill(actor, no_restart=True)
+        ray.shutdown()
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1:
+        print("usage: python -m pcp_ray.driver RUN_DIR/pcp-ray.json", file=sys.stderr)
+        return 2
+    try:
+        plan = json.loads(Path(argv[0]).read_text())
+    except (OSError, ValueError) as error:
+        print(f"pcp_ray.driver: cannot read the plan {argv[0]}: {error}", file=sys.stderr)
+        return 2
+
+    def stop(signum: int, frame: object) -> None:
+        raise Stopped(signal.Signals(signum).name)
+
+    configure_logging(verbose=False)
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
+    try:
+        return run(plan)
+    except ImportError as error:
+        print(f"pcp_ray.driver: {error}: install pcp-ray here and on every node", file=sys.stderr)
+        return 2
+    except Stopped as why:
+        print(f"pcp_ray.driver: {why}: the run's actors are stopped", file=sys.stderr)
+        return 128 + signal.Signals[str(why)].value
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
