@@ -21,6 +21,8 @@ nox -s "plugin(pcp-adamw)"
   (requirements-worker.txt) trains for a shepherd from env-cpu.
 - scaffold: `pcp plugin new` for every kind; each package installs and passes its tests.
 - dist, install: wheels and sdists checked; from dist/ with pip, the commands users type.
+- container-cpu: PCP's image built from dist/ with podman, offline; `pcp train` and a
+  shepherd with two workers, each in a container (root, podman, runc and debootstrap).
 """
 
 import json
@@ -428,3 +430,114 @@ def install(session: nox.Session) -> None:
     )  # fmt: skip
     if not list(Path("diloco-run/tensorboard").glob("events.out.tfevents.*")):
         session.error("pcp-tensorboard is installed, but the run wrote no TensorBoard events")
+
+
+# What runs containers on CI's machines (Firecracker VMs with cgroup v1): runc (crun
+# refuses hybrid cgroups), cgroupfs, and rlimits both runtimes accept (docs/launchers.md).
+CONTAINERS_CONF = """\
+[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=4096:4096"]
+
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+"""
+CONTAINER_BASE = "localhost/pcp-ci-base"  # Debian bookworm's python3, by debootstrap
+CONTAINER_IMAGE = "localhost/pcp-ci:cpu"
+
+
+class Podman:
+    """podman, configured by CONTAINERS_CONF, for a nox session."""
+
+    def __init__(self, session: nox.Session, folder: Path) -> None:
+        (folder / "containers.conf").write_text(CONTAINERS_CONF)
+        self.session, self.env = session, {"CONTAINERS_CONF": str(folder / "containers.conf")}
+
+    def __call__(self, *args: str) -> str:
+        return self.session.run("podman", *args, external=True, env=self.env, silent=True)
+
+    def quietly(self, *args: str) -> int:
+        """Run podman without failing the session; its exit status."""
+        command = ["podman", *args]
+        return subprocess.run(command, env=os.environ | self.env, capture_output=True).returncode
+
+
+@nox.session(
+    name="container-cpu", python=PYTHON, venv_backend="virtualenv", requires=["dist"],
+    tags=["install"],
+)  # fmt: skip
+def container_cpu(session: nox.Session) -> None:
+    """PCP's CPU image, built by containers/build.sh from dist/ with no network (a
+    debootstrapped Debian base, the dependencies downloaded here), runs `pcp train`, then
+    a shepherd and two worker containers on a podman network, the token a podman secret."""
+    missing = [tool for tool in ("podman", "runc", "debootstrap") if shutil.which(tool) is None]
+    if missing or os.geteuid() != 0:
+        reason = f"not on PATH: {', '.join(missing)}" if missing else "needs root"
+        if os.environ.get("CI"):
+            session.error(f"containers cannot run in CI: {reason}")
+        session.skip(reason)
+    work = Path(tempfile.mkdtemp())
+    podman = Podman(session, work)
+    if podman.quietly("image", "exists", CONTAINER_BASE) != 0:
+        root = work / "root"
+        bootstrap = ["--variant=minbase", "--include=python3,python3-venv", "bookworm", str(root)]
+        session.run("debootstrap", *bootstrap, silent=True, external=True)
+        imported = f"tar -C {root} -c . | podman import - {CONTAINER_BASE}"
+        session.run("bash", "-c", imported, external=True, env=podman.env, silent=True)
+        shutil.rmtree(root)
+    wheels = work / "wheels"  # PCP's from dist/, the rest as pip resolves them here
+    session.run("pip", "download", "-q", "--find-links", str(DIST), "-d", str(wheels), "pcp-core")
+    offline = {"BASE": CONTAINER_BASE, "WHEELS": str(wheels), "PIP_ARGS": "--no-index"}
+    offline |= {"ENGINE": "podman", "ENGINE_ARGS": "--network none", **podman.env}
+    build = ["bash", str(ROOT / "containers" / "build.sh"), "cpu", CONTAINER_IMAGE]
+    session.run(*build, external=True, env=offline, silent=True)
+    out = work / "out"
+    out.mkdir()
+    podman("run", "--rm", "-v", f"{out}:/work/out", CONTAINER_IMAGE,
+           "train", *TINY, *SHORT, "--out", "/work/out/train")  # fmt: skip
+    trained_in_container(session, out / "train")
+    run_on_a_container_network(session, podman, work, out)
+
+
+def run_on_a_container_network(session: nox.Session, podman: Podman, work: Path, out: Path) -> None:
+    """A shepherd and two workers, each a container, on a podman network of their own
+    (by IP address: podman's CNI backend here resolves no names); the token reaches
+    each as a podman secret, a 0400 file."""
+    name = f"pcp-ci-{os.getpid()}"
+    containers = [f"{name}-{who}" for who in ("shepherd", "worker-0", "worker-1")]
+    secret = os.urandom(32).hex()
+    (work / "token").write_text(secret)
+    token_file = ["--token-file", f"/run/secrets/{name}"]
+    try:
+        podman("network", "create", name)
+        podman("secret", "create", name, str(work / "token"))
+        joined = ["--network", name, "--secret", f"{name},mode=0400"]
+        settings = [*TINY, *SHORT, "--inner-steps", "10", "--no-dashboard"]
+        podman("run", "-d", "--name", containers[0], *joined, "-v", f"{out}:/work/out",
+               CONTAINER_IMAGE, "shepherd", "--host", "0.0.0.0", "--workers", "2",
+               *token_file, "--out", "/work/out/run", *settings)  # fmt: skip
+        address = podman("inspect", "-f", "{{range .NetworkSettings.Networks}}{{.IPAddress}}"
+                         "{{end}}", containers[0]).strip()  # fmt: skip
+        for worker in containers[1:]:
+            podman("run", "-d", "--name", worker, *joined, CONTAINER_IMAGE, "worker",
+                   "--connect", f"{address}:7433", "--backend", "cpu", *token_file)  # fmt: skip
+        status = podman("wait", containers[0]).strip()
+        seen = [podman("logs", container) for container in containers]
+        seen.append(podman("inspect", *containers))
+    finally:
+        for container in containers:
+            podman.quietly("rm", "-f", container)
+        podman.quietly("network", "rm", name)
+        podman.quietly("secret", "rm", name)
+    if status != "0":
+        session.error(f"the shepherd's container exited with {status}:\n{seen[0][-3000:]}")
+    trained_in_container(session, out / "run")
+    if any(secret in text for text in seen):
+        session.error("the secret shows in a container's logs or its configuration")
+
+
+def trained_in_container(session: nox.Session, run_dir: Path) -> None:
+    summary = json.loads((run_dir / "summary.json").read_text())
+    loss = summary["final_train_loss"]
+    if not (math.isfinite(loss) and loss < summary["unigram_entropy"] + 0.5):
+        session.error(f"{run_dir.name} did not train in its container: final loss {loss}")

@@ -4,11 +4,13 @@
 # DiLoCo fault tests put the shepherd and workers on network namespaces of their own;
 # nftables (`nft`), with which they drop packets on a link (tc's tbf slows it); Open MPI
 # and Slurm with munge, on which `pcp launch` runs for real (a one-node cluster that
-# tests/test_launch_engines.py starts). Without
-# them (no apt-get, not root) those tests skip with the reason, except under CI (CI
-# set), where this script fails instead.
+# tests/test_launch_engines.py starts); podman with runc, and debootstrap for a base
+# image without a registry, on which nox's container-cpu session builds and runs PCP's
+# image. Without them (no apt-get, not root) those tests skip with the reason, except
+# under CI (CI set), where this script fails instead.
 set -euo pipefail
-packages=(libvulkan1 mesa-vulkan-drivers iproute2 nftables openmpi-bin slurm-wlm munge)
+packages=(libvulkan1 mesa-vulkan-drivers iproute2 nftables openmpi-bin slurm-wlm munge
+    podman runc debootstrap)
 if dpkg -s "${packages[@]}" >/dev/null 2>&1; then
     exit 0
 fi
