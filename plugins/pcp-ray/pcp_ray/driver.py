@@ -9,6 +9,7 @@ Running the driver again resumes the run from its last checkpoint.
 """
 
 import json
+import math
 import os
 import signal
 import sys
@@ -20,10 +21,13 @@ import structlog
 
 from pcp_core.cli.common import configure_logging
 from pcp_core.launch.script import WORKERS_GRACE_S
+from pcp_ray.launcher import LOCAL
 
 log = structlog.get_logger(__name__)
 
 POLL_S = 1.0  # how often the driver wakes while it waits (so signals are taken)
+PLACEMENT_WARN_S = 60.0  # how often it says that actors still wait for resources
+SIGNALLED: list[str] = []  # the signals that asked the driver to stop
 KEPT_FROM_ACTORS = {"PCP_TOKEN"}  # the secret travels in the token file, never through Ray
 
 
@@ -37,8 +41,24 @@ def pcp_environment() -> dict[str, str]:
     }
 
 
+class NoCluster(RuntimeError):
+    """The plan's Ray cluster cannot be reached."""
+
+
 class Stopped(Exception):
     """SIGTERM or SIGINT reached the driver."""
+
+
+def local_resources(plan: dict[str, Any]) -> dict[str, Any]:
+    """ray.init's arguments for a Ray of this machine alone: logical CPUs and custom
+    resources enough for every actor of the plan (one machine's actors share its cores,
+    as local workers do), the GPUs as Ray finds them."""
+    workers = plan["workers"]
+    wanted = {name: amount * workers for name, amount in plan["worker_resources"].items()}
+    for name, amount in plan["shepherd_resources"].items():
+        wanted[name] = wanted.get(name, 0) + amount
+    cpus = 1 + math.ceil(plan["cpus_per_worker"] * workers)
+    return {"address": None, "num_cpus": max(cpus, os.cpu_count() or 1), "resources": wanted}
 
 
 def start_actors(plan: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
@@ -59,7 +79,9 @@ def start_actors(plan: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
         max_task_retries=-1,
         runtime_env=runtime_env,
     ).remote(plan["shepherd"], str(run_dir / "shepherd.log"), plan["shepherd_dir"])
-    host = ray.get(shepherd.node_address.remote())
+    address = shepherd.node_address.remote()
+    placed([address], "shepherd", {"CPU": 1, **plan["shepherd_resources"]})
+    host = ray.get(address)
     shepherd_run = shepherd.run.remote()
     log.info("shepherd started", node=host, log=str(run_dir / "shepherd.log"))
     workers = [
@@ -74,9 +96,25 @@ def start_actors(plan: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
         ).remote(plan["worker"], str(run_dir / f"worker-{index}.log"))
         for index in range(plan["workers"])
     ]
+    addresses = [worker.node_address.remote() for worker in workers]  # answered once placed
     worker_runs = [worker.run.remote(host) for worker in workers]
+    asked = {"CPU": plan["cpus_per_worker"], "GPU": plan["gpus_per_worker"]}
+    placed(addresses, "workers", {**asked, **plan["worker_resources"]})
     log.info("workers started", count=len(workers), logs=str(run_dir / "worker-N.log"))
     return shepherd, workers, worker_runs, shepherd_run
+
+
+def placed(refs: list[Any], what: str, asked: dict[str, float]) -> None:
+    """Wait until Ray has placed the actors whose `node_address` calls are `refs`,
+    warning every PLACEMENT_WARN_S while some still wait for resources."""
+    pending = refs
+    while pending := wait_for(pending, PLACEMENT_WARN_S):
+        log.warning(
+            "actors wait for resources that the cluster lacks or has in use",
+            actors=what,
+            waiting=len(pending),
+            each_asks=asked,
+        )
 
 
 def wait_for(refs: list[Any], seconds: float | None) -> list[Any]:
@@ -88,14 +126,36 @@ def wait_for(refs: list[Any], seconds: float | None) -> list[Any]:
     pending = list(refs)
     while pending and (deadline is None or time.monotonic() < deadline):
         _, pending = ray.wait(pending, num_returns=len(pending), timeout=POLL_S)
+        if SIGNALLED:
+            raise Stopped(SIGNALLED[0])
     return pending
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGINT make the driver's next wait raise `Stopped` (raised inside
+    Ray's own wait, an exception would come out mangled), so it ends its actors."""
+
+    def stop(signum: int, frame: object) -> None:
+        SIGNALLED.append(signal.Signals(signum).name)
+
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
 
 
 def run(plan: dict[str, Any]) -> int:
     """The whole run; the shepherd's exit status."""
     import ray
 
-    ray.init(address=plan["address"], namespace=plan["namespace"], log_to_driver=False)
+    joined = {"address": plan["address"]} if plan["address"] != LOCAL else local_resources(plan)
+    try:
+        ray.init(namespace=plan["namespace"], log_to_driver=False, **joined)
+    except ConnectionError as error:
+        raise NoCluster(
+            f"no Ray cluster at {plan['address']!r} ({error}); start one (`ray start --head`), "
+            f"name it with -o address=HOST:PORT, or use -o address={LOCAL} for one on this "
+            "machine alone"
+        ) from None
+    stop_on_signals()  # after ray.init, which puts its own handlers (an abort) in place
     actors: list[Any] = []
     try:
         shepherd, workers, worker_runs, shepherd_run = start_actors(plan)
@@ -122,14 +182,12 @@ def main(argv: list[str]) -> int:
         print(f"pcp_ray.driver: cannot read the plan {argv[0]}: {error}", file=sys.stderr)
         return 2
 
-    def stop(signum: int, frame: object) -> None:
-        raise Stopped(signal.Signals(signum).name)
-
     configure_logging(verbose=False)
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
     try:
         return run(plan)
+    except NoCluster as error:
+        print(f"pcp_ray.driver: {error}", file=sys.stderr)
+        return 2
     except ImportError as error:
         print(f"pcp_ray.driver: {error}: install pcp-ray here and on every node", file=sys.stderr)
         return 2

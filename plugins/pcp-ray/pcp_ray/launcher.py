@@ -14,10 +14,12 @@ from pcp_core.launchers import Launcher, LaunchError, LaunchPlan, LaunchRequest
 PLAN = "pcp-ray.json"
 SHEPHERD_ADDRESS = "{shepherd}"  # in the worker command: the shepherd actor's node address
 DEFAULT_RESTARTS = 10
+LOCAL = "local"  # the address option's value for a Ray of this machine alone, started by the driver
 
 OPTIONS = {
     "address": "The Ray cluster to join (ray.init's address; default: auto, the cluster this "
-    "machine belongs to, or $RAY_ADDRESS).",
+    f"machine belongs to, or $RAY_ADDRESS); {LOCAL}: start a Ray of this machine alone for "
+    "the run.",
     "worker-resources": "Ray resources each worker actor asks for, NAME=AMOUNT[,NAME=AMOUNT] "
     "(custom resources naming accelerator kinds, e.g. rocm=1); default: none.",
     "shepherd-resources": "Ray resources the shepherd actor asks for, as worker-resources "

@@ -152,7 +152,7 @@ def test_a_killed_worker_actor_is_restarted_by_ray_and_rejoins_and_the_run_ends(
     import ray
 
     run_dir = tmp_path / "run"
-    driver = launch(cluster, run_dir, steps=2500)
+    driver = launch(cluster, run_dir, steps=4000)  # rounds enough to outlast a slow restart
     shepherd_log = run_dir / "shepherd.log"
     try:
         wait_for(lambda: rounds_done(run_dir) >= 5, 180, "five rounds")
@@ -171,7 +171,7 @@ def test_a_killed_worker_actor_is_restarted_by_ray_and_rejoins_and_the_run_ends(
         driver.kill()
     assert driver.returncode == 0, output.decode()[-3000:]
     summary = json.loads((run_dir / "shepherd" / "summary.json").read_text())
-    assert summary["rounds"] == 250
+    assert summary["rounds"] == 400
     assert count(run_dir / "worker-0.log", '"joined"') == 2  # the first worker, then the new
     assert pcp_processes(run_dir) == [], "the run left processes behind"
     for path in run_dir.iterdir():
@@ -192,7 +192,7 @@ def test_sigterm_stops_every_process_and_running_the_driver_again_resumes(
         output, _ = driver.communicate(timeout=60)
     finally:
         driver.kill()
-    assert driver.returncode != 0, output.decode()[-2000:]
+    assert driver.returncode != 0 and b"SIGTERM: the run's actors are stopped" in output, output
     wait_for(lambda: pcp_processes(run_dir) == [], 30, "the run's processes to end")
     resumed = subprocess.run(
         [sys.executable, "-m", "pcp_ray.driver", PLAN],
