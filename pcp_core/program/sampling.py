@@ -1,7 +1,6 @@
 """`pcp sample`: continue a prompt with a trained run's model, on the CPU with JAX.
 
-The model comes back from the run's checkpoint: its name and config in the metadata
-(rebuilt through the plugin registry, as training does), its tokenizer too. Each new
+The model comes back from the run's checkpoint (see `pcp_core.program.trained`). Each new
 token is one jitted forward pass over a fixed [1, block_size] window, so it compiles
 once: the context cropped to its last block_size tokens (as nanoGPT's `generate`),
 padded at the end, where the causal mask keeps the padding out of the logits read at
@@ -9,7 +8,6 @@ the last real position. Temperature and top-k sampling run in NumPy from one see
 generator, so a seed gives the same text every time.
 """
 
-import json
 import math
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -18,15 +16,10 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core import plugins as plugin_host
-from pcp_core.data import tokenizers
 from pcp_core.models import Model, Params
-from pcp_core.program import checkpoint
-from pcp_core.program.footprint import parameter_shapes
+from pcp_core.program import trained
 
 log = structlog.get_logger(__name__)
-
-CHECKPOINT = "checkpoint.safetensors"
 
 
 class SampleError(ValueError):
@@ -44,17 +37,14 @@ def sample(
 ) -> str:
     """The prompt followed by `tokens` generated tokens, decoded."""
     check_settings(prompt, tokens, temperature, top_k)
-    tensors, metadata = load_checkpoint(Path(run_dir))
-    tokenizer = checkpoint_tokenizer(metadata)
-    prompt_ids = encode_prompt(tokenizer, prompt)
-    if plugins is None:
-        plugins = plugin_host.host()
-    model: Model = plugins.model(metadata["model"])
-    model_config = json.loads(metadata["model_config"])
-    params = checkpoint_params(model, model_config, tensors)
-    log.info("sampling", model=model.name, step=metadata.get("step"), tokenizer=tokenizer.name)
-    new_ids = generate(model, model_config, params, prompt_ids, tokens, temperature, top_k, seed)
-    return prompt + tokenizer.decode(new_ids)
+    run = trained.load(Path(run_dir), plugins)
+    prompt_ids = encode_prompt(run.tokenizer, prompt)
+    step, tokenizer = run.metadata.get("step"), run.tokenizer.name
+    log.info("sampling", model=run.model.name, step=step, tokenizer=tokenizer)
+    new_ids = generate(
+        run.model, run.config, run.params, prompt_ids, tokens, temperature, top_k, seed
+    )
+    return prompt + run.tokenizer.decode(new_ids)
 
 
 def check_settings(prompt: str, tokens: int, temperature: float, top_k: int | None) -> None:
@@ -68,49 +58,12 @@ def check_settings(prompt: str, tokens: int, temperature: float, top_k: int | No
         raise SampleError(f"--top-k must be at least 1, got {top_k}")
 
 
-def load_checkpoint(run_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """The run's newest intact checkpoint (see `checkpoint.load_latest`)."""
-    if not run_dir.is_dir():
-        raise SampleError(f"{run_dir}: no such run directory")
-    path = run_dir / CHECKPOINT
-    if not (path.exists() or checkpoint.previous_path(path).exists()):
-        raise SampleError(f"{run_dir}: no checkpoint ({CHECKPOINT}); has the run saved one?")
-    tensors, metadata = checkpoint.load_latest(path)
-    missing = [key for key in ("model", "model_config") if key not in metadata]
-    if missing:
-        raise SampleError(f"{path}: not a model checkpoint (no {', '.join(missing)})")
-    return tensors, metadata
-
-
-def checkpoint_tokenizer(metadata: Mapping[str, str]) -> Any:
-    """The tokenizer the run trained with; from its vocabulary for older checkpoints."""
-    if "tokenizer" in metadata:
-        return tokenizers.from_json(metadata["tokenizer"])
-    if "vocabulary" in metadata:
-        return tokenizers.CharTokenizer(metadata["vocabulary"])
-    raise SampleError("the checkpoint records no tokenizer, so its tokens cannot be read")
-
-
 def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
     try:
         ids = tokenizer.encode(prompt)
     except (ValueError, KeyError) as error:
         raise SampleError(f"--prompt: {error}") from None
     return [int(i) for i in np.asarray(ids).reshape(-1)]
-
-
-def checkpoint_params(
-    model: Model, model_config: Mapping[str, int], tensors: Mapping[str, np.ndarray]
-) -> Params:
-    """The model's parameters, in its order, from the checkpoint's tensors."""
-    if model.logits is None:
-        raise SampleError(f"model {model.name!r} has no logits function, so it cannot sample")
-    params: Params = {}
-    for name, shape in parameter_shapes(model, model_config).items():
-        if name not in tensors or tensors[name].shape != tuple(shape):
-            raise SampleError(f"the checkpoint's {name!r} does not fit model {model.name!r}")
-        params[name] = tensors[name]
-    return params
 
 
 def generate(
