@@ -1,4 +1,5 @@
-"""The commands that look at things: `pcp sample`, `devices`, `status`, `plugins`, `plugin new`."""
+"""The commands that look at things: `pcp sample`, `export`, `devices`, `status`, `plugins`,
+`plugin new`."""
 
 import contextlib
 import dataclasses
@@ -35,6 +36,26 @@ def sample(
 
         text = continue_prompt(run_dir, prompt, tokens, temperature, top_k, seed, plugins.host())
         typer.echo(text)
+
+    run_or_explain(body)
+
+
+def export(
+    run_dir: Path = typer.Argument(..., help="A run directory (`pcp train --out`)."),
+    format: str = typer.Option(..., "--format", help="onnx or stablehlo."),
+    out: Path = typer.Option(
+        ..., "-o", "--out", help="The file to write; its tokenizer and metadata go beside it."
+    ),
+) -> None:
+    """Write a run's trained model (logits from token ids) as ONNX or StableHLO, with its
+    tokenizer and a metadata file beside it."""
+
+    def body() -> None:
+        # imported here, not at the top: keeps `pcp --help` fast
+        from pcp_core.program.export import export as write
+
+        for path in write(run_dir, format, out, plugins.host()):
+            typer.echo(f"wrote {path}")
 
     run_or_explain(body)
 
@@ -157,8 +178,9 @@ def plugin_new(
 
 
 def register(app: typer.Typer) -> None:
-    """Add sample, devices, status, plugins and `plugin new` to `app`."""
+    """Add sample, export, devices, status, plugins and `plugin new` to `app`."""
     app.command("sample")(sample)
+    app.command("export")(export)
     app.command("devices")(devices)
     app.command("status")(status)
     app.command("plugins")(list_plugins)
