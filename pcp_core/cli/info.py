@@ -27,15 +27,40 @@ def sample(
         None, "--top-k", help="Draw only from the K likeliest tokens (default: all)."
     ),
     seed: int = typer.Option(0, "--seed", help="Sampling seed: the same seed, the same text."),
+    backend: Optional[str] = typer.Option(  # noqa: UP045
+        None,
+        "--backend",
+        help="Run on this installed backend through a key/value cache, one position a "
+        "token (default: jax on the CPU, the whole context a token).",
+    ),
+    target: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--target", help="The backend's architecture (default: detected)."
+    ),
 ) -> None:
-    """Continue a prompt with a run's trained model (on the CPU); print prompt + continuation."""
+    """Continue a prompt with a run's trained model; print prompt + continuation, and the
+    tokens/s on stderr."""
 
     def body() -> None:
         # imported here, not at the top: keeps `pcp --help` fast
+        import functools
+
         from pcp_core.program.sampling import sample as continue_prompt
 
-        text = continue_prompt(run_dir, prompt, tokens, temperature, top_k, seed, plugins.host())
-        typer.echo(text)
+        host = plugins.host()
+        options: dict[str, Any] = {}
+        if backend is not None:
+            from pcp_core.iree.inference import decoder_for
+
+            chosen = host.backend(backend)
+            options = {"open_decoder": functools.partial(decoder_for, chosen, target)}
+            options["runner"] = f"{chosen.name}, cached"
+        result = continue_prompt(run_dir, prompt, tokens, temperature, top_k, seed, host, **options)
+        typer.echo(result.text)
+        typer.echo(
+            f"{result.tokens} tokens in {result.seconds:.2f} s: "
+            f"{result.tokens_per_s:.1f} tokens/s ({result.runner})",
+            err=True,
+        )
 
     run_or_explain(body)
 

@@ -1,15 +1,19 @@
-"""`pcp sample`: continue a prompt with a trained run's model, on the CPU with JAX.
+"""`pcp sample`: continue a prompt with a trained run's model, on the CPU with JAX, or on
+a backend through a key/value cache (`pcp_core.program.decoding`).
 
 The model comes back from the run's checkpoint (see `pcp_core.program.trained`). Each new
 token is one jitted forward pass over a fixed [1, block_size] window, so it compiles
 once: the context cropped to its last block_size tokens (as nanoGPT's `generate`),
 padded at the end, where the causal mask keeps the padding out of the logits read at
 the last real position. Temperature and top-k sampling run in NumPy from one seeded
-generator, so a seed gives the same text every time.
+generator, so a seed gives the same text every time, and the same text with the cache.
+A prompt longer than the block is refused: cropped, it would not be the prompt.
 """
 
 import math
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -17,13 +21,25 @@ import numpy as np
 import structlog
 
 from pcp_core.models import Model, Params
-from pcp_core.program import trained
+from pcp_core.program import decoding, trained
 
 log = structlog.get_logger(__name__)
 
 
 class SampleError(ValueError):
     """Bad input to `pcp sample`, shown as one line."""
+
+
+@dataclass(frozen=True)
+class Sampled:
+    text: str  # the prompt and its continuation
+    tokens: int
+    seconds: float  # generating the tokens
+    runner: str  # what computed the logits
+
+    @property
+    def tokens_per_s(self) -> float:
+        return self.tokens / self.seconds if self.seconds > 0 else float("inf")
 
 
 def sample(
@@ -34,17 +50,34 @@ def sample(
     top_k: int | None = None,
     seed: int = 0,
     plugins: Any = None,
-) -> str:
-    """The prompt followed by `tokens` generated tokens, decoded."""
+    open_decoder: Callable[[trained.TrainedModel], decoding.Decoder] | None = None,
+    runner: str = "jax cpu",
+) -> Sampled:
+    """The prompt followed by `tokens` generated tokens. With `open_decoder` (a
+    backend's, see `pcp_core.iree.inference.decoder_for`), through its key/value cache
+    (`pcp_core.program.decoding`), named `runner`; the same text for the same seed."""
     check_settings(prompt, tokens, temperature, top_k)
     run = trained.load(Path(run_dir), plugins)
     prompt_ids = encode_prompt(run.tokenizer, prompt)
+    block = run.config["block_size"]
+    if len(prompt_ids) > block:
+        raise SampleError(
+            f"--prompt is {len(prompt_ids)} tokens, more than the model's block size ({block})"
+        )
     step, tokenizer = run.metadata.get("step"), run.tokenizer.name
-    log.info("sampling", model=run.model.name, step=step, tokenizer=tokenizer)
-    new_ids = generate(
-        run.model, run.config, run.params, prompt_ids, tokens, temperature, top_k, seed
-    )
-    return prompt + run.tokenizer.decode(new_ids)
+    log.info("sampling", model=run.model.name, step=step, tokenizer=tokenizer, runner=runner)
+    rng = np.random.default_rng(seed)
+
+    def choose(logits: np.ndarray) -> int:
+        return pick(logits, temperature, top_k, rng)
+
+    if open_decoder is None:
+        generated = generate(run.model, run.config, run.params, prompt_ids, tokens, choose)
+    else:
+        decoder = open_decoder(run)
+        generated = decoding.generate(decoder, block, prompt_ids, tokens, choose)
+    text = prompt + run.tokenizer.decode(generated.ids)
+    return Sampled(text, len(generated.ids), generated.seconds, runner)
 
 
 def check_settings(prompt: str, tokens: int, temperature: float, top_k: int | None) -> None:
@@ -72,28 +105,28 @@ def generate(
     params: Params,
     prompt_ids: list[int],
     tokens: int,
-    temperature: float,
-    top_k: int | None,
-    seed: int,
-) -> list[int]:
-    """`tokens` new token ids after `prompt_ids` (see the module docstring)."""
+    choose: Callable[[np.ndarray], int],
+) -> decoding.Generated:
+    """`tokens` new token ids after `prompt_ids`, each drawn by `choose` from its logits
+    (see the module docstring)."""
     import jax
 
     block = model_config["block_size"]
     cpu = jax.devices("cpu")[0]
-    forward = _next_logits(model, model_config)
-    rng = np.random.default_rng(seed)
     ids = list(prompt_ids)
     window = np.zeros((1, block), np.int32)
     with jax.default_device(cpu):
         on_cpu = jax.device_put(params, cpu)
+        # compiled now, so that generating times no compiling
+        forward = _next_logits(model, model_config).lower(on_cpu, window, np.int32(0)).compile()
+        started = time.perf_counter()
         for _ in range(tokens):
             context = ids[-block:]
             window[:] = 0
             window[0, : len(context)] = context
             logits = np.asarray(forward(on_cpu, window, np.int32(len(context) - 1)))
-            ids.append(pick(logits, temperature, top_k, rng))
-    return ids[len(prompt_ids) :]
+            ids.append(choose(logits))
+    return decoding.Generated(ids[len(prompt_ids) :], time.perf_counter() - started)
 
 
 def _next_logits(model: Model, model_config: Mapping[str, int]) -> Callable[..., Any]:
