@@ -1,5 +1,6 @@
-"""`pcp export`: a trained run as ONNX that onnxruntime runs as PCP does, and as
-StableHLO; its tokenizer and metadata beside it; one-line errors."""
+"""`pcp export`: a trained run as ONNX that onnxruntime runs as PCP does, as StableHLO,
+and as IREE modules with a key/value cache; its tokenizer and metadata beside it;
+one-line errors."""
 
 import json
 from pathlib import Path
@@ -92,12 +93,50 @@ def test_stablehlo_parses_with_dynamic_batch_and_time(trained_run: Path, tmp_pat
     assert json.loads((tmp_path / "model.metadata.json").read_text())["format"] == "stablehlo"
 
 
+def test_iree_modules_run_on_their_own(trained_run: Path, tmp_path: Path) -> None:
+    """The exported modules, loaded with the IREE runtime alone and given the exported
+    parameters and a zero cache as the metadata says: PCP's logits after a prefill of the
+    prompt's window and after one decoded token."""
+    import iree.runtime as rt
+    from safetensors.numpy import load_file
+
+    result = run_pcp(
+        "export", str(trained_run), "--format", "iree", "--backend", "cpu", "-o",
+        str(tmp_path / "model.vmfb"),
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    meta = json.loads((tmp_path / "model.metadata.json").read_text())
+    assert meta["format"] == "iree" and meta["backend"] == "cpu" and meta["driver"] == "local-task"
+    params = load_file(tmp_path / meta["parameters"])
+    context = rt.SystemContext(config=rt.Config(meta["driver"]))
+    for name in meta["modules"].values():
+        context.add_vm_module(
+            rt.VmModule.copy_buffer(context.instance, (tmp_path / name).read_bytes())
+        )
+    prefill = context.modules.jit_prefill[meta["function"]]
+    decode = context.modules.jit_decode[meta["function"]]
+    weights = [params[name] for name in meta["parameter_order"]]
+    cache = np.zeros(meta["cache_shape"], np.float32)
+    tokens = np.random.default_rng(0).integers(0, meta["vocab_size"], (1, 11)).astype(np.int32)
+    window = np.zeros((1, meta["block_size"]), np.int32)
+    window[0, :10] = tokens[0, :10]
+    logits, cache = prefill(*weights, cache, window, np.int32(0), np.int32(9))
+    expected = pcp_logits(trained_run, tokens)[0]
+    np.testing.assert_allclose(logits.to_host(), expected[9], rtol=0, atol=1e-4)
+    logits, cache = decode(*weights, cache, tokens[:, 10:], np.int32(10), np.int32(0))
+    np.testing.assert_allclose(logits.to_host(), expected[10], rtol=0, atol=1e-4)
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
         (["{missing}", "--format", "onnx"], "no such run directory"),
         (["{empty}", "--format", "onnx"], "no checkpoint"),
-        (["{run}", "--format", "tflite"], "unknown format 'tflite'; known: onnx, stablehlo"),
+        (["{run}", "--format", "tflite"], "unknown format 'tflite'; known: onnx, stablehlo, iree"),
+        (["{run}", "--format", "iree"], "--format iree needs it"),
+        (["{run}", "--format", "onnx", "--backend", "cpu"], "--backend is for --format iree"),
+        (["{run}", "--format", "iree", "--backend", "xla"], "'xla' does not run IREE modules"),
+        (["{run}", "--format", "iree", "--backend", "tpu-v9"], "tpu-v9"),
     ],
 )
 def test_bad_input_is_one_line(

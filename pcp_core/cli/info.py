@@ -56,9 +56,10 @@ def sample(
             options["runner"] = f"{chosen.name}, cached"
         result = continue_prompt(run_dir, prompt, tokens, temperature, top_k, seed, host, **options)
         typer.echo(result.text)
+        generated = result.generated
         typer.echo(
-            f"{result.tokens} tokens in {result.seconds:.2f} s: "
-            f"{result.tokens_per_s:.1f} tokens/s ({result.runner})",
+            f"{len(generated.ids)} tokens in {generated.seconds:.2f} s: "
+            f"{generated.tokens_per_s:.1f} tokens/s ({result.runner})",
             err=True,
         )
 
@@ -67,19 +68,36 @@ def sample(
 
 def export(
     run_dir: Path = typer.Argument(..., help="A run directory (`pcp train --out`)."),
-    format: str = typer.Option(..., "--format", help="onnx or stablehlo."),
+    format: str = typer.Option(..., "--format", help="onnx, stablehlo or iree."),
     out: Path = typer.Option(
-        ..., "-o", "--out", help="The file to write; its tokenizer and metadata go beside it."
+        ...,
+        "-o",
+        "--out",
+        help="The file to write (iree: NAME.vmfb names NAME.prefill.vmfb and "
+        "NAME.decode.vmfb); its tokenizer and metadata go beside it.",
+    ),
+    backend: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--backend", help="--format iree: the installed IREE backend to compile for."
+    ),
+    target: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--target", help="--format iree: the backend's architecture (default: detected)."
     ),
 ) -> None:
-    """Write a run's trained model (logits from token ids) as ONNX or StableHLO, with its
-    tokenizer and a metadata file beside it."""
+    """Write a run's trained model as ONNX or StableHLO (logits from token ids), or as IREE
+    modules with a key/value cache for a backend, with its tokenizer and a metadata file
+    beside it."""
 
     def body() -> None:
         # imported here, not at the top: keeps `pcp --help` fast
         from pcp_core.program.export import export as write
 
-        for path in write(run_dir, format, out, plugins.host()):
+        host = plugins.host()
+        modules = None
+        if backend is not None:
+            from pcp_core.iree.inference import module_writer
+
+            modules = module_writer(host.backend(backend), target)
+        for path in write(run_dir, format, out, host, modules):
             typer.echo(f"wrote {path}")
 
     run_or_explain(body)

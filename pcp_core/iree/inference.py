@@ -8,7 +8,8 @@ parameters once, and passes the key/value cache from call to call on the device:
 the tokens in and the logits out cross to the host.
 """
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,7 @@ from pcp_core.iree.compiler import compile_program
 from pcp_core.models import Model, Params
 from pcp_core.program import decoding
 from pcp_core.program.build import ENTRY_FUNCTION
+from pcp_core.program.export import beside
 from pcp_core.program.trained import TrainedModel
 
 
@@ -53,7 +55,45 @@ def decoder_for(backend: Backend, target: str | None, run: TrainedModel) -> deco
     return IreeDecoder(vmfbs, backend, cache_shape(run.config, 1), run.params)
 
 
-class IreeDecoder:
+def module_writer(
+    backend: Backend, target: str | None
+) -> Callable[[TrainedModel, Path], tuple[list[Path], dict[str, Any]]]:
+    """For `pcp export --format iree`: a writer of the step functions compiled for
+    `backend` and `target` beside `out` (`NAME.prefill.vmfb`, `NAME.decode.vmfb`) and of
+    the parameters they take (`NAME.params.safetensors`); the paths and their metadata."""
+    from safetensors.numpy import save_file
+
+    iree_runtime(backend)
+
+    def write(run: TrainedModel, out: Path) -> tuple[list[Path], dict[str, Any]]:
+        arch = backend.resolve_arch(target)
+        vmfbs = compile_steps(run.model, run.config, backend, arch)
+        paths = {step: beside(out, f"{step}.vmfb") for step in decoding.STEPS}
+        for step, path in paths.items():
+            path.write_bytes(vmfbs[step])
+        params_path = beside(out, "params.safetensors")
+        save_file({k: np.asarray(v, np.float32) for k, v in run.params.items()}, params_path)
+        _, cache_shape = decoding.check_model(run.model)
+        described = {
+            "backend": backend.name,
+            "target": arch,
+            "driver": iree_runtime(backend).driver,
+            "modules": {step: path.name for step, path in paths.items()},
+            "function": ENTRY_FUNCTION,
+            "arguments": "the parameters (in parameter_order), the cache (cache_shape, "
+            "float32; zeros at first), tokens [1, time] int32 (time: block_size for "
+            "prefill, 1 for decode), start and last (int32 scalars)",
+            "results": "logits [vocab_size] float32 at row `last` of the tokens, the cache",
+            "cache_shape": list(cache_shape(run.config, 1)),
+            "parameters": params_path.name,
+            "parameter_order": list(run.params),
+        }
+        return [*paths.values(), params_path], described
+
+    return write
+
+
+class IreeDecoder(decoding.StepRunner):
     """The compiled step functions on the backend's device, with the params and the
     cache kept there."""
 
@@ -72,22 +112,13 @@ class IreeDecoder:
             runtime.driver, device_index, backend.install_hint, runtime.runtime_flags
         )
         self._context = rt.SystemContext(config=rt.Config(device=device))
-        self._steps = {}
+        steps = {}
         for step in decoding.STEPS:
             module = rt.VmModule.copy_buffer(self._context.instance, vmfbs[step])
             self._context.add_vm_module(module)
-            self._steps[step] = self._context.modules[module.name][ENTRY_FUNCTION]
+            steps[step] = self._context.modules[module.name][ENTRY_FUNCTION]
         on_device = [rt.asdevicearray(device, np.asarray(v, np.float32)) for v in params.values()]
-        self._params = on_device
-        self._cache = rt.asdevicearray(device, np.zeros(cache_shape, np.float32))
+        super().__init__(steps, on_device, rt.asdevicearray(device, np.zeros(cache_shape, "f4")))
 
-    def _call(self, step: str, tokens: np.ndarray, start: int, last: int) -> np.ndarray:
-        args = (*self._params, self._cache, tokens, np.int32(start), np.int32(last))
-        logits, self._cache = self._steps[step](*args)
+    def to_host(self, logits: Any) -> np.ndarray:
         return executor.to_host(logits)
-
-    def prefill(self, window: np.ndarray, last: int) -> np.ndarray:
-        return self._call("prefill", window, 0, last)
-
-    def decode(self, token: int, position: int) -> np.ndarray:
-        return self._call("decode", np.asarray([[token]], np.int32), position, 0)

@@ -19,13 +19,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import numpy as np
-import structlog
 
 from pcp_core.models import Model, Params
 from pcp_core.program.build import without_locations
 from pcp_core.program.footprint import parameter_shapes
-
-log = structlog.get_logger(__name__)
 
 STEPS = ("prefill", "decode")
 
@@ -46,10 +43,17 @@ class Decoder(Protocol):
 class Generated:
     ids: list[int]
     seconds: float  # generating them
+    first_seconds: float  # generating the first (reading the whole prompt)
 
     @property
     def tokens_per_s(self) -> float:
         return len(self.ids) / self.seconds if self.seconds > 0 else float("inf")
+
+    @property
+    def later_tokens_per_s(self) -> float:
+        """After the first token: the rate a long continuation tends to."""
+        later = self.seconds - self.first_seconds
+        return (len(self.ids) - 1) / later if later > 0 else float("inf")
 
 
 def generate(
@@ -62,7 +66,7 @@ def generate(
     """`tokens` new ids after `prompt_ids`, each drawn by `pick` from its logits."""
     ids, cached = list(prompt_ids), 0  # positions the cache holds for `ids`
     window = np.zeros((1, block), np.int32)
-    started = time.perf_counter()
+    started, first = time.perf_counter(), 0.0
     for _ in range(tokens):
         if 0 < cached < block:
             logits = decoder.decode(ids[-1], cached)
@@ -74,7 +78,8 @@ def generate(
             logits = decoder.prefill(window, len(context) - 1)
             cached = len(context)
         ids.append(pick(np.asarray(logits)))
-    return Generated(ids[len(prompt_ids) :], time.perf_counter() - started)
+        first = first or time.perf_counter() - started
+    return Generated(ids[len(prompt_ids) :], time.perf_counter() - started, first)
 
 
 def check_model(model: Model) -> tuple[Callable[..., Any], Callable[..., tuple[int, ...]]]:
@@ -134,7 +139,29 @@ def stablehlo(model: Model, config: Mapping[str, int]) -> dict[str, str]:
     return texts
 
 
-class JaxDecoder:
+class StepRunner:
+    """A `Decoder` over compiled step functions that keep the params and the cache where
+    they run: `steps` by name, called as `(*params, cache, tokens, start, last)`."""
+
+    def __init__(self, steps: Mapping[str, Callable[..., Any]], params: list[Any], cache: Any):
+        self._steps, self._params, self._cache = steps, params, cache
+
+    def _call(self, step: str, tokens: np.ndarray, start: int, last: int) -> np.ndarray:
+        args = (*self._params, self._cache, tokens, np.int32(start), np.int32(last))
+        logits, self._cache = self._steps[step](*args)
+        return self.to_host(logits)
+
+    def to_host(self, logits: Any) -> np.ndarray:
+        return np.asarray(logits)
+
+    def prefill(self, window: np.ndarray, last: int) -> np.ndarray:
+        return self._call("prefill", window, 0, last)
+
+    def decode(self, token: int, position: int) -> np.ndarray:
+        return self._call("decode", np.asarray([[token]], np.int32), position, 0)
+
+
+class JaxDecoder(StepRunner):
     """The step functions compiled by jax for `device` (default: its first)."""
 
     def __init__(self, model: Model, config: Mapping[str, int], params: Params, device: Any = None):
@@ -143,21 +170,11 @@ class JaxDecoder:
 
         _, cache_shape = check_model(model)
         device = device or jax.devices()[0]
-        self._params = [jax.device_put(np.asarray(v, np.float32), device) for v in params.values()]
-        self._cache = jax.device_put(jnp.zeros(cache_shape(config, 1), jnp.float32), device)
-        self._steps = {}
+        on_device = [jax.device_put(np.asarray(v, np.float32), device) for v in params.values()]
+        cache = jax.device_put(jnp.zeros(cache_shape(config, 1), jnp.float32), device)
+        steps = {}
         with jax.default_matmul_precision("highest"):
             for step in STEPS:  # compiled now, so that generating times no compiling
                 function = jax.jit(step_function(model, config, step))
-                self._steps[step] = function.lower(*arguments(model, config, step)).compile()
-
-    def _call(self, step: str, tokens: np.ndarray, start: int, last: int) -> np.ndarray:
-        args = (*self._params, self._cache, tokens, np.int32(start), np.int32(last))
-        logits, self._cache = self._steps[step](*args)
-        return np.asarray(logits)
-
-    def prefill(self, window: np.ndarray, last: int) -> np.ndarray:
-        return self._call("prefill", window, 0, last)
-
-    def decode(self, token: int, position: int) -> np.ndarray:
-        return self._call("decode", np.asarray([[token]], np.int32), position, 0)
+                steps[step] = function.lower(*arguments(model, config, step)).compile()
+        super().__init__(steps, on_device, cache)

@@ -9,6 +9,9 @@ constants. Two formats:
   (WASI-NN's backends among them); input `tokens`, output `logits`.
 - `stablehlo`: the module jax.export makes (MLIR text, function `main`), for users who
   bring their own compiler.
+- `iree`: the cached sampler's `prefill` and `decode` step functions (a key/value cache,
+  one position a token: `pcp_core.program.decoding`), compiled for an IREE backend
+  without its hardware (`pcp_core.iree.inference`), the parameters in a file beside.
 
 Beside the file go the run's tokenizer (`<name>.tokenizer.json`, what `pcp data
 prepare` wrote) and a small metadata file (`<name>.metadata.json`: vocabulary size,
@@ -28,7 +31,7 @@ from pcp_core.program.build import without_locations
 
 log = structlog.get_logger(__name__)
 
-FORMATS = ("onnx", "stablehlo")
+FORMATS = ("onnx", "stablehlo", "iree")
 INPUT, OUTPUT = "tokens", "logits"
 ONNX_OPSET = 21  # onnxruntime 1.17 and later run it
 
@@ -37,25 +40,38 @@ class ExportError(ValueError):
     """Bad input to `pcp export`, shown as one line."""
 
 
-def export(run_dir: Path, format: str, out: Path, plugins: Any = None) -> list[Path]:
+def export(
+    run_dir: Path,
+    format: str,
+    out: Path,
+    plugins: Any = None,
+    iree_modules: Callable[[trained.TrainedModel, Path], tuple[list[Path], dict[str, Any]]]
+    | None = None,
+) -> list[Path]:
     """Write `run_dir`'s model to `out` in `format`, with its tokenizer and metadata
-    beside it; the paths written."""
+    beside it; the paths written. `iree` needs `iree_modules`, a backend's compiler
+    (`pcp_core.iree.inference.module_writer`): the files it wrote and their metadata."""
     if format not in FORMATS:
         raise ExportError(f"unknown format {format!r}; known: {', '.join(FORMATS)}")
+    if (format == "iree") != (iree_modules is not None):
+        raise ExportError("--backend is for --format iree, and --format iree needs it")
     run = trained.load(Path(run_dir), plugins)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     log.info("exporting", model=run.model.name, step=run.metadata.get("step"), format=format)
-    forward = forward_pass(run)
+    written, described = [out], {}
     if format == "onnx":
-        write_onnx(forward, run.config["block_size"], out)
-    else:
-        out.write_text(stablehlo(forward, run.config["block_size"]))
+        write_onnx(forward_pass(run), run.config["block_size"], out)
+    elif format == "stablehlo":
+        out.write_text(stablehlo(forward_pass(run), run.config["block_size"]))
+    elif iree_modules is not None:
+        written, described = iree_modules(run, out)
     tokenizer_path = beside(out, "tokenizer.json")
     tokenizer_path.write_text(run.tokenizer.to_json())
     metadata_path = beside(out, "metadata.json")
-    metadata_path.write_text(json.dumps(metadata(run, format, run_dir, tokenizer_path), indent=2))
-    return [out, tokenizer_path, metadata_path]
+    about = metadata(run, format, run_dir, tokenizer_path) | described
+    metadata_path.write_text(json.dumps(about, indent=2))
+    return [*written, tokenizer_path, metadata_path]
 
 
 def beside(out: Path, suffix: str) -> Path:

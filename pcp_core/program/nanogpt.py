@@ -259,18 +259,16 @@ def decode(config: Mapping[str, int], params: Params, cache, tokens, start, last
         h = norm(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"])
         q, k, v = layers.split_heads(heads)(_dense(params, p + "attn.c_attn", h, "f32"))
         cache = jax.lax.dynamic_update_slice(cache, jnp.stack([k, v])[None], (i, 0, 0, 0, start, 0))
-        scores = precisions.matmul(q, cache[i, 0].transpose(0, 1, 3, 2), "f32")
-        scores = scores * (1.0 / math.sqrt(width // heads))
+        scores = jnp.einsum("bhqd,bhkd->bhqk", q, cache[i, 0]) * (1.0 / math.sqrt(width // heads))
         scores = jnp.where(seen, scores, jnp.finfo(scores.dtype).min)
-        out = precisions.matmul(jax.nn.softmax(scores, axis=-1), cache[i, 1], "f32")
-        out = out.transpose(0, 2, 1, 3)
+        out = jnp.einsum("bhqk,bhkd->bqhd", jax.nn.softmax(scores, axis=-1), cache[i, 1])
         x = x + _dense(params, p + "attn.c_proj", out.reshape(batch, time, width), "f32")
         h = norm(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"])
         h = layers.gelu("f32")(_dense(params, p + "mlp.c_fc", h, "f32"))
         x = x + _dense(params, p + "mlp.c_proj", h, "f32")
     x = jax.lax.dynamic_index_in_dim(x, last, axis=1, keepdims=False)
     x = layers.layer_norm()(x, params["ln_f.weight"], params["ln_f.bias"])
-    return precisions.matmul(x, params["wte"].T, "f32"), cache
+    return jnp.einsum("bd,vd->bv", x, params["wte"]), cache  # no transposed copy of wte
 
 
 def loss(config: Mapping[str, int], params: Params, tokens, targets, precision: str = "f32"):

@@ -33,13 +33,8 @@ class SampleError(ValueError):
 @dataclass(frozen=True)
 class Sampled:
     text: str  # the prompt and its continuation
-    tokens: int
-    seconds: float  # generating the tokens
+    generated: decoding.Generated
     runner: str  # what computed the logits
-
-    @property
-    def tokens_per_s(self) -> float:
-        return self.tokens / self.seconds if self.seconds > 0 else float("inf")
 
 
 def sample(
@@ -77,7 +72,7 @@ def sample(
         decoder = open_decoder(run)
         generated = decoding.generate(decoder, block, prompt_ids, tokens, choose)
     text = prompt + run.tokenizer.decode(generated.ids)
-    return Sampled(text, len(generated.ids), generated.seconds, runner)
+    return Sampled(text, generated, runner)
 
 
 def check_settings(prompt: str, tokens: int, temperature: float, top_k: int | None) -> None:
@@ -119,14 +114,16 @@ def generate(
         on_cpu = jax.device_put(params, cpu)
         # compiled now, so that generating times no compiling
         forward = _next_logits(model, model_config).lower(on_cpu, window, np.int32(0)).compile()
-        started = time.perf_counter()
+        started, first = time.perf_counter(), 0.0
         for _ in range(tokens):
             context = ids[-block:]
             window[:] = 0
             window[0, : len(context)] = context
             logits = np.asarray(forward(on_cpu, window, np.int32(len(context) - 1)))
             ids.append(choose(logits))
-    return decoding.Generated(ids[len(prompt_ids) :], time.perf_counter() - started)
+            first = first or time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    return decoding.Generated(ids[len(prompt_ids) :], elapsed, first)
 
 
 def _next_logits(model: Model, model_config: Mapping[str, int]) -> Callable[..., Any]:
