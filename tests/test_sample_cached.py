@@ -1,14 +1,12 @@
 """`pcp sample --backend`: the key/value-cache sampler gives the uncached sampler's text,
-on IREE backends and through jax; `decode` gives `logits`' numbers one position at a time."""
+on IREE backends and through jax (the model suite checks nanogpt's `decode` itself)."""
 
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from pcp_core import plugins
 from pcp_core.backends import DeviceError
-from pcp_core.program import nanogpt
 from tests.conftest import run_pcp
 
 # 100 tokens: past the 64-token block, so the context slides on the way
@@ -39,27 +37,6 @@ def test_the_cache_gives_the_same_text(trained_run: Path, uncached: str, backend
     text, stderr = sample(trained_run, "--backend", backend)
     assert text == uncached
     assert "100 tokens in " in stderr and f"tokens/s ({backend}, cached)" in stderr
-
-
-def test_decode_gives_the_logits_position_by_position() -> None:
-    """A prefill of a padded window, then one token at a time, as the sampler calls it."""
-    import jax
-    import jax.numpy as jnp
-
-    config = nanogpt.MODEL.config({"vocab_size": 30})
-    params = nanogpt.init(config, seed=3)
-    ids = [int(i) for i in np.random.default_rng(0).integers(0, 30, 20)]
-    full = np.asarray(nanogpt.logits(config, params, jnp.asarray([ids], jnp.int32)))[0]
-    decode = jax.jit(lambda cache, tokens, start, last: nanogpt.decode(
-        config, params, cache, tokens, start, last))  # fmt: skip
-    window = np.zeros((1, config["block_size"]), np.int32)
-    window[0, :10] = ids[:10]
-    cache = jnp.zeros(nanogpt.cache_shape(config, 1), jnp.float32)
-    logits, cache = decode(cache, window, 0, 9)
-    np.testing.assert_allclose(np.asarray(logits[0]), full[9], atol=1e-5)
-    for position in range(10, 20):
-        logits, cache = decode(cache, np.asarray([[ids[position]]], np.int32), position, 0)
-        np.testing.assert_allclose(np.asarray(logits[0]), full[position], atol=1e-5)
 
 
 @pytest.mark.parametrize(
