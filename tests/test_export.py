@@ -127,6 +127,18 @@ def test_iree_modules_run_on_their_own(trained_run: Path, tmp_path: Path) -> Non
     np.testing.assert_allclose(logits.to_host(), expected[10], rtol=0, atol=1e-4)
 
 
+@pytest.mark.parametrize("backend", ["cuda", "rocm", "metal", "vulkan"])
+def test_iree_modules_compile_without_the_hardware(trained_run: Path, backend: str) -> None:
+    """For every IREE backend, as `pcp compile` does: its default architecture, no device."""
+    from pcp_core import plugins
+    from pcp_core.iree.inference import compile_steps
+
+    run = trained.load(trained_run)
+    chosen = plugins.host().backend(backend)
+    vmfbs = compile_steps(run.model, run.config, chosen, chosen.default_arch)
+    assert set(vmfbs) == {"prefill", "decode"} and all(vmfbs.values())
+
+
 @pytest.mark.parametrize(
     ("args", "message"),
     [
