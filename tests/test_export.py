@@ -149,6 +149,7 @@ def test_iree_modules_compile_without_the_hardware(trained_run: Path, backend: s
         (["{run}", "--format", "onnx", "--backend", "cpu"], "--backend is for --format iree"),
         (["{run}", "--format", "iree", "--backend", "xla"], "'xla' does not run IREE modules"),
         (["{run}", "--format", "iree", "--backend", "tpu-v9"], "tpu-v9"),
+        (["{run}", "--format", "iree", "--target", "sm_90"], "give --backend too"),
     ],
 )
 def test_bad_input_is_one_line(

@@ -44,6 +44,7 @@ def test_the_cache_gives_the_same_text(trained_run: Path, uncached: str, backend
     [
         (["--prompt", "e" * 65], "--prompt is 65 tokens, more than the model's block size (64)"),
         (["--backend", "tpu-v9"], "tpu-v9"),
+        (["--target", "sm_90"], "give --backend too"),
     ],
 )
 def test_bad_input_is_one_line(trained_run: Path, args: list[str], message: str) -> None:

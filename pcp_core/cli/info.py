@@ -46,6 +46,8 @@ def sample(
 
         from pcp_core.program.sampling import sample as continue_prompt
 
+        if target is not None and backend is None:
+            fail("--target is the --backend's architecture: give --backend too")
         host = plugins.host()
         options: dict[str, Any] = {}
         if backend is not None:
@@ -91,6 +93,8 @@ def export(
         # imported here, not at the top: keeps `pcp --help` fast
         from pcp_core.program.export import export as write
 
+        if target is not None and backend is None:
+            fail("--target is the --backend's architecture: give --backend too")
         host = plugins.host()
         modules = None
         if backend is not None:
