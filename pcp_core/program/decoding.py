@@ -127,13 +127,16 @@ def arguments(model: Model, config: Mapping[str, int], step: str) -> list[Any]:
 
 def stablehlo(model: Model, config: Mapping[str, int]) -> dict[str, str]:
     """Each step function as StableHLO text (module `jit_<step>`, function `main`), with
-    f32 products at full precision, as the training programs."""
+    f32 products at full precision, as the training programs. The cache is donated (its
+    result may reuse its buffer): GPT-2 small's decode on the CPU took 0.18 s rather than
+    0.21 a token with IREE, as XLA writes in place (0.05 rather than 0.09)."""
     import jax
 
     texts = {}
+    donated = {"donate_argnums": (len(parameter_shapes(model, config)),)}
     with jax.default_matmul_precision("highest"):
         for step in STEPS:
-            function = jax.jit(step_function(model, config, step))
+            function = jax.jit(step_function(model, config, step), **donated)
             exported = jax.export.export(function)(*arguments(model, config, step))
             texts[step] = without_locations(exported.mlir_module())
     return texts
@@ -175,6 +178,7 @@ class JaxDecoder(StepRunner):
         steps = {}
         with jax.default_matmul_precision("highest"):
             for step in STEPS:  # compiled now, so that generating times no compiling
-                function = jax.jit(step_function(model, config, step))
+                donated = {"donate_argnums": (len(on_device),)}  # (see `stablehlo`)
+                function = jax.jit(step_function(model, config, step), **donated)
                 steps[step] = function.lower(*arguments(model, config, step)).compile()
         super().__init__(steps, on_device, cache)
