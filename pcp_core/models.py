@@ -20,7 +20,11 @@ class Model:
     Optional: `presets` names sizes (`--model-size`), each a partial config over
     `defaults`; `shapes(config)` gives the parameters' shapes in `init`'s order without
     making them (for counting and memory estimates); `logits(config, params, tokens)`
-    gives next-token logits [batch, time, vocab] (for `pcp sample`).
+    gives next-token logits [batch, time, vocab] (for `pcp sample` and `pcp export`);
+    `decode(config, params, cache, tokens, start, last)` gives the logits [batch, vocab]
+    at row `last` of `tokens` [batch, time] placed at positions `start`..., reading and
+    writing a key/value cache of `cache_shape(config, batch)` (zeros at first), so that
+    `pcp sample --backend` pays one position a token.
     """
 
     name: str
@@ -33,6 +37,8 @@ class Model:
     presets: Mapping[str, Mapping[str, int]] = field(default_factory=dict)
     shapes: Callable[[Mapping[str, int]], dict[str, tuple[int, ...]]] | None = None
     logits: Callable[..., Any] | None = None
+    decode: Callable[..., Any] | None = None
+    cache_shape: Callable[[Mapping[str, int], int], tuple[int, ...]] | None = None
 
     def check_precision(self, precision: str) -> None:
         if precision not in self.precisions:

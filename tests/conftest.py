@@ -30,6 +30,15 @@ def run_pcp(
     )
 
 
+@pytest.fixture(scope="session")
+def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run of the small default model, trained for 60 steps (for `pcp sample`, `export`)."""
+    out = tmp_path_factory.mktemp("trained") / "run"
+    result = run_pcp("train", "--steps", "60", "--steps-per-call", "10", "--out", str(out))
+    assert result.returncode == 0, result.stderr
+    return out
+
+
 @pytest.fixture
 def rehearse(tmp_path: Path) -> Callable[..., Any]:
     """Run DiLoCo for real over a scenario's emulated links (pcp_core.rehearsal.harness).

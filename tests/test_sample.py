@@ -11,15 +11,6 @@ from tests.conftest import run_pcp
 PROMPT = "The "
 
 
-@pytest.fixture(scope="module")
-def run_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A run of the small default model, trained for 60 steps."""
-    out = tmp_path_factory.mktemp("sample") / "run"
-    result = run_pcp("train", "--steps", "60", "--steps-per-call", "10", "--out", str(out))
-    assert result.returncode == 0, result.stderr
-    return out
-
-
 def sample(*args: str) -> str:
     result = run_pcp("sample", *args)
     assert result.returncode == 0, result.stderr
@@ -27,16 +18,16 @@ def sample(*args: str) -> str:
     return result.stdout[:-1]
 
 
-def test_prints_the_prompt_and_the_tokens_asked_for(run_dir: Path) -> None:
+def test_prints_the_prompt_and_the_tokens_asked_for(trained_run: Path) -> None:
     # 100 tokens: more than the 64-token block, so the context is cropped on the way
-    text = sample(str(run_dir), "--prompt", PROMPT, "--tokens", "100", "--seed", "1")
+    text = sample(str(trained_run), "--prompt", PROMPT, "--tokens", "100", "--seed", "1")
     assert text.startswith(PROMPT) and len(text) == len(PROMPT) + 100  # chars: 1 token each
-    _, metadata = checkpoint.load(run_dir / "checkpoint.safetensors")
+    _, metadata = checkpoint.load(trained_run / "checkpoint.safetensors")
     assert set(text) <= set(metadata["vocabulary"])
 
 
-def test_a_seed_gives_the_same_text(run_dir: Path) -> None:
-    args = (str(run_dir), "--prompt", PROMPT, "--tokens", "40", "--temperature", "0.8")
+def test_a_seed_gives_the_same_text(trained_run: Path) -> None:
+    args = (str(trained_run), "--prompt", PROMPT, "--tokens", "40", "--temperature", "0.8")
     first, again = sample(*args, "--seed", "7"), sample(*args, "--seed", "7")
     assert first == again
     assert sample(*args, "--seed", "8") != first
@@ -44,13 +35,13 @@ def test_a_seed_gives_the_same_text(run_dir: Path) -> None:
     assert sample(*args, "--top-k", "1", "--seed", "1") == sample(*args, "--top-k", "1")
 
 
-def test_an_old_checkpoint_with_only_a_vocabulary(run_dir: Path, tmp_path: Path) -> None:
+def test_an_old_checkpoint_with_only_a_vocabulary(trained_run: Path, tmp_path: Path) -> None:
     """Checkpoints from before the tokenizer was stored sample with a chars tokenizer."""
-    tensors, metadata = checkpoint.load(run_dir / "checkpoint.safetensors")
+    tensors, metadata = checkpoint.load(trained_run / "checkpoint.safetensors")
     del metadata["tokenizer"]
     checkpoint.save(tmp_path / "checkpoint.safetensors", tensors, metadata)
     same = {"prompt": PROMPT, "tokens": 30, "top_k": 5, "seed": 3}
-    assert sampling.sample(tmp_path, **same) == sampling.sample(run_dir, **same)
+    assert sampling.sample(tmp_path, **same).text == sampling.sample(trained_run, **same).text
 
 
 def test_the_padded_window_gives_the_contexts_logits() -> None:
@@ -89,9 +80,9 @@ def test_pick() -> None:
     ],
 )
 def test_bad_input_is_one_line(
-    run_dir: Path, tmp_path: Path, args: list[str], message: str
+    trained_run: Path, tmp_path: Path, args: list[str], message: str
 ) -> None:
-    places = {"missing": tmp_path / "nowhere", "empty": tmp_path, "run": run_dir}
+    places = {"missing": tmp_path / "nowhere", "empty": tmp_path, "run": trained_run}
     result = run_pcp("sample", *(arg.format(**places) for arg in args))
     assert result.returncode == 2, result.stderr
     assert message in result.stderr and "Traceback" not in result.stderr

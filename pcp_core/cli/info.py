@@ -1,4 +1,5 @@
-"""The commands that look at things: `pcp sample`, `devices`, `status`, `plugins`, `plugin new`."""
+"""The commands that look at things: `pcp sample`, `export`, `devices`, `status`, `plugins`,
+`plugin new`."""
 
 import contextlib
 import dataclasses
@@ -26,15 +27,82 @@ def sample(
         None, "--top-k", help="Draw only from the K likeliest tokens (default: all)."
     ),
     seed: int = typer.Option(0, "--seed", help="Sampling seed: the same seed, the same text."),
+    backend: Optional[str] = typer.Option(  # noqa: UP045
+        None,
+        "--backend",
+        help="Run on this installed backend through a key/value cache, one position a "
+        "token (default: jax on the CPU, the whole context a token).",
+    ),
+    target: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--target", help="The backend's architecture (default: detected)."
+    ),
 ) -> None:
-    """Continue a prompt with a run's trained model (on the CPU); print prompt + continuation."""
+    """Continue a prompt with a run's trained model; print prompt + continuation, and the
+    tokens/s on stderr."""
 
     def body() -> None:
         # imported here, not at the top: keeps `pcp --help` fast
+        import functools
+
         from pcp_core.program.sampling import sample as continue_prompt
 
-        text = continue_prompt(run_dir, prompt, tokens, temperature, top_k, seed, plugins.host())
-        typer.echo(text)
+        if target is not None and backend is None:
+            fail("--target is the --backend's architecture: give --backend too")
+        host = plugins.host()
+        options: dict[str, Any] = {}
+        if backend is not None:
+            from pcp_core.iree.inference import decoder_for
+
+            chosen = host.backend(backend)
+            options = {"open_decoder": functools.partial(decoder_for, chosen, target)}
+            options["runner"] = f"{chosen.name}, cached"
+        result = continue_prompt(run_dir, prompt, tokens, temperature, top_k, seed, host, **options)
+        typer.echo(result.text)
+        generated = result.generated
+        typer.echo(
+            f"{len(generated.ids)} tokens in {generated.seconds:.2f} s: "
+            f"{generated.tokens_per_s:.1f} tokens/s ({result.runner})",
+            err=True,
+        )
+
+    run_or_explain(body)
+
+
+def export(
+    run_dir: Path = typer.Argument(..., help="A run directory (`pcp train --out`)."),
+    format: str = typer.Option(..., "--format", help="onnx, stablehlo or iree."),
+    out: Path = typer.Option(
+        ...,
+        "-o",
+        "--out",
+        help="The file to write (iree: NAME.vmfb names NAME.prefill.vmfb and "
+        "NAME.decode.vmfb); its tokenizer and metadata go beside it.",
+    ),
+    backend: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--backend", help="--format iree: the installed IREE backend to compile for."
+    ),
+    target: Optional[str] = typer.Option(  # noqa: UP045
+        None, "--target", help="--format iree: the backend's architecture (default: detected)."
+    ),
+) -> None:
+    """Write a run's trained model as ONNX or StableHLO (logits from token ids), or as IREE
+    modules with a key/value cache for a backend, with its tokenizer and a metadata file
+    beside it."""
+
+    def body() -> None:
+        # imported here, not at the top: keeps `pcp --help` fast
+        from pcp_core.program.export import export as write
+
+        if target is not None and backend is None:
+            fail("--target is the --backend's architecture: give --backend too")
+        host = plugins.host()
+        modules = None
+        if backend is not None:
+            from pcp_core.iree.inference import module_writer
+
+            modules = module_writer(host.backend(backend), target)
+        for path in write(run_dir, format, out, host, modules):
+            typer.echo(f"wrote {path}")
 
     run_or_explain(body)
 
@@ -157,8 +225,9 @@ def plugin_new(
 
 
 def register(app: typer.Typer) -> None:
-    """Add sample, devices, status, plugins and `plugin new` to `app`."""
+    """Add sample, export, devices, status, plugins and `plugin new` to `app`."""
     app.command("sample")(sample)
+    app.command("export")(export)
     app.command("devices")(devices)
     app.command("status")(status)
     app.command("plugins")(list_plugins)

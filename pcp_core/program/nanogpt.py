@@ -232,6 +232,45 @@ def logits(config: Mapping[str, int], params: Params, tokens, precision: str = "
     return precisions.matmul(x, params["wte"].T, precision, bf16_out=in_bf16)
 
 
+def cache_shape(config: Mapping[str, int], batch: int) -> tuple[int, ...]:
+    """The key/value cache `decode` keeps: [layer, key or value, batch, head, position,
+    head width], a block of positions."""
+    heads = config["n_head"]
+    return (config["n_layer"], 2, batch, heads, config["block_size"], config["n_embd"] // heads)
+
+
+def decode(config: Mapping[str, int], params: Params, cache, tokens, start, last):
+    """Logits [batch, vocab] at row `last` of `tokens` [batch, time], the tokens at
+    positions start, start + 1, ... of a sequence whose earlier keys and values `cache`
+    holds; and the cache with theirs written in. As `logits` in f32 (the portable form),
+    over a block of positions where the later ones are masked out, so that a token costs
+    one position, not the whole context (`pcp sample --backend`)."""
+    import jax
+    import jax.numpy as jnp
+
+    batch, time = tokens.shape
+    heads, width = config["n_head"], config["n_embd"]
+    x = jnp.take(params["wte"], tokens, axis=0)
+    x = x + jax.lax.dynamic_slice_in_dim(params["wpe"], start, time)
+    seen = jnp.arange(config["block_size"])[None, :] <= start + jnp.arange(time)[:, None]
+    norm = layers.layer_norm()
+    for i in range(config["n_layer"]):
+        p = f"h.{i}."
+        h = norm(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"])
+        q, k, v = layers.split_heads(heads)(_dense(params, p + "attn.c_attn", h, "f32"))
+        cache = jax.lax.dynamic_update_slice(cache, jnp.stack([k, v])[None], (i, 0, 0, 0, start, 0))
+        scores = jnp.einsum("bhqd,bhkd->bhqk", q, cache[i, 0]) * (1.0 / math.sqrt(width // heads))
+        scores = jnp.where(seen, scores, jnp.finfo(scores.dtype).min)
+        out = jnp.einsum("bhqk,bhkd->bqhd", jax.nn.softmax(scores, axis=-1), cache[i, 1])
+        x = x + _dense(params, p + "attn.c_proj", out.reshape(batch, time, width), "f32")
+        h = norm(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"])
+        h = layers.gelu("f32")(_dense(params, p + "mlp.c_fc", h, "f32"))
+        x = x + _dense(params, p + "mlp.c_proj", h, "f32")
+    x = jax.lax.dynamic_index_in_dim(x, last, axis=1, keepdims=False)
+    x = layers.layer_norm()(x, params["ln_f.weight"], params["ln_f.bias"])
+    return jnp.einsum("bd,vd->bv", x, params["wte"]), cache  # no transposed copy of wte
+
+
 def loss(config: Mapping[str, int], params: Params, tokens, targets, precision: str = "f32"):
     """Mean cross-entropy of next-character prediction."""
     in_one_pass = export_platform() in layers.XLA_FORM_PLATFORMS
@@ -250,4 +289,6 @@ MODEL = Model(
     presets=PRESETS,
     shapes=shapes,
     logits=logits,
+    decode=decode,
+    cache_shape=cache_shape,
 )

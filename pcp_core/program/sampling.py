@@ -1,36 +1,40 @@
-"""`pcp sample`: continue a prompt with a trained run's model, on the CPU with JAX.
+"""`pcp sample`: continue a prompt with a trained run's model, on the CPU with JAX, or on
+a backend through a key/value cache (`pcp_core.program.decoding`).
 
-The model comes back from the run's checkpoint: its name and config in the metadata
-(rebuilt through the plugin registry, as training does), its tokenizer too. Each new
+The model comes back from the run's checkpoint (see `pcp_core.program.trained`). Each new
 token is one jitted forward pass over a fixed [1, block_size] window, so it compiles
 once: the context cropped to its last block_size tokens (as nanoGPT's `generate`),
 padded at the end, where the causal mask keeps the padding out of the logits read at
 the last real position. Temperature and top-k sampling run in NumPy from one seeded
-generator, so a seed gives the same text every time.
+generator, so a seed gives the same text every time, and the same text with the cache.
+A prompt longer than the block is refused: cropped, it would not be the prompt.
 """
 
-import json
 import math
+import time
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import structlog
 
-from pcp_core import plugins as plugin_host
-from pcp_core.data import tokenizers
 from pcp_core.models import Model, Params
-from pcp_core.program import checkpoint
-from pcp_core.program.footprint import parameter_shapes
+from pcp_core.program import decoding, trained
 
 log = structlog.get_logger(__name__)
-
-CHECKPOINT = "checkpoint.safetensors"
 
 
 class SampleError(ValueError):
     """Bad input to `pcp sample`, shown as one line."""
+
+
+@dataclass(frozen=True)
+class Sampled:
+    text: str  # the prompt and its continuation
+    generated: decoding.Generated
+    runner: str  # what computed the logits
 
 
 def sample(
@@ -41,20 +45,34 @@ def sample(
     top_k: int | None = None,
     seed: int = 0,
     plugins: Any = None,
-) -> str:
-    """The prompt followed by `tokens` generated tokens, decoded."""
+    open_decoder: Callable[[trained.TrainedModel], decoding.Decoder] | None = None,
+    runner: str = "jax cpu",
+) -> Sampled:
+    """The prompt followed by `tokens` generated tokens. With `open_decoder` (a
+    backend's, see `pcp_core.iree.inference.decoder_for`), through its key/value cache
+    (`pcp_core.program.decoding`), named `runner`; the same text for the same seed."""
     check_settings(prompt, tokens, temperature, top_k)
-    tensors, metadata = load_checkpoint(Path(run_dir))
-    tokenizer = checkpoint_tokenizer(metadata)
-    prompt_ids = encode_prompt(tokenizer, prompt)
-    if plugins is None:
-        plugins = plugin_host.host()
-    model: Model = plugins.model(metadata["model"])
-    model_config = json.loads(metadata["model_config"])
-    params = checkpoint_params(model, model_config, tensors)
-    log.info("sampling", model=model.name, step=metadata.get("step"), tokenizer=tokenizer.name)
-    new_ids = generate(model, model_config, params, prompt_ids, tokens, temperature, top_k, seed)
-    return prompt + tokenizer.decode(new_ids)
+    run = trained.load(Path(run_dir), plugins)
+    prompt_ids = encode_prompt(run.tokenizer, prompt)
+    block = run.config["block_size"]
+    if len(prompt_ids) > block:
+        raise SampleError(
+            f"--prompt is {len(prompt_ids)} tokens, more than the model's block size ({block})"
+        )
+    step, tokenizer = run.metadata.get("step"), run.tokenizer.name
+    log.info("sampling", model=run.model.name, step=step, tokenizer=tokenizer, runner=runner)
+    rng = np.random.default_rng(seed)
+
+    def choose(logits: np.ndarray) -> int:
+        return pick(logits, temperature, top_k, rng)
+
+    if open_decoder is None:
+        generated = generate(run.model, run.config, run.params, prompt_ids, tokens, choose)
+    else:
+        decoder = open_decoder(run)
+        generated = decoding.generate(decoder, block, prompt_ids, tokens, choose)
+    text = prompt + run.tokenizer.decode(generated.ids)
+    return Sampled(text, generated, runner)
 
 
 def check_settings(prompt: str, tokens: int, temperature: float, top_k: int | None) -> None:
@@ -68,29 +86,6 @@ def check_settings(prompt: str, tokens: int, temperature: float, top_k: int | No
         raise SampleError(f"--top-k must be at least 1, got {top_k}")
 
 
-def load_checkpoint(run_dir: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
-    """The run's newest intact checkpoint (see `checkpoint.load_latest`)."""
-    if not run_dir.is_dir():
-        raise SampleError(f"{run_dir}: no such run directory")
-    path = run_dir / CHECKPOINT
-    if not (path.exists() or checkpoint.previous_path(path).exists()):
-        raise SampleError(f"{run_dir}: no checkpoint ({CHECKPOINT}); has the run saved one?")
-    tensors, metadata = checkpoint.load_latest(path)
-    missing = [key for key in ("model", "model_config") if key not in metadata]
-    if missing:
-        raise SampleError(f"{path}: not a model checkpoint (no {', '.join(missing)})")
-    return tensors, metadata
-
-
-def checkpoint_tokenizer(metadata: Mapping[str, str]) -> Any:
-    """The tokenizer the run trained with; from its vocabulary for older checkpoints."""
-    if "tokenizer" in metadata:
-        return tokenizers.from_json(metadata["tokenizer"])
-    if "vocabulary" in metadata:
-        return tokenizers.CharTokenizer(metadata["vocabulary"])
-    raise SampleError("the checkpoint records no tokenizer, so its tokens cannot be read")
-
-
 def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
     try:
         ids = tokenizer.encode(prompt)
@@ -99,48 +94,36 @@ def encode_prompt(tokenizer: Any, prompt: str) -> list[int]:
     return [int(i) for i in np.asarray(ids).reshape(-1)]
 
 
-def checkpoint_params(
-    model: Model, model_config: Mapping[str, int], tensors: Mapping[str, np.ndarray]
-) -> Params:
-    """The model's parameters, in its order, from the checkpoint's tensors."""
-    if model.logits is None:
-        raise SampleError(f"model {model.name!r} has no logits function, so it cannot sample")
-    params: Params = {}
-    for name, shape in parameter_shapes(model, model_config).items():
-        if name not in tensors or tensors[name].shape != tuple(shape):
-            raise SampleError(f"the checkpoint's {name!r} does not fit model {model.name!r}")
-        params[name] = tensors[name]
-    return params
-
-
 def generate(
     model: Model,
     model_config: Mapping[str, int],
     params: Params,
     prompt_ids: list[int],
     tokens: int,
-    temperature: float,
-    top_k: int | None,
-    seed: int,
-) -> list[int]:
-    """`tokens` new token ids after `prompt_ids` (see the module docstring)."""
+    choose: Callable[[np.ndarray], int],
+) -> decoding.Generated:
+    """`tokens` new token ids after `prompt_ids`, each drawn by `choose` from its logits
+    (see the module docstring)."""
     import jax
 
     block = model_config["block_size"]
     cpu = jax.devices("cpu")[0]
-    forward = _next_logits(model, model_config)
-    rng = np.random.default_rng(seed)
     ids = list(prompt_ids)
     window = np.zeros((1, block), np.int32)
     with jax.default_device(cpu):
         on_cpu = jax.device_put(params, cpu)
+        # compiled now, so that generating times no compiling
+        forward = _next_logits(model, model_config).lower(on_cpu, window, np.int32(0)).compile()
+        started, first = time.perf_counter(), 0.0
         for _ in range(tokens):
             context = ids[-block:]
             window[:] = 0
             window[0, : len(context)] = context
             logits = np.asarray(forward(on_cpu, window, np.int32(len(context) - 1)))
-            ids.append(pick(logits, temperature, top_k, rng))
-    return ids[len(prompt_ids) :]
+            ids.append(choose(logits))
+            first = first or time.perf_counter() - started
+    elapsed = time.perf_counter() - started
+    return decoding.Generated(ids[len(prompt_ids) :], elapsed, first)
 
 
 def _next_logits(model: Model, model_config: Mapping[str, int]) -> Callable[..., Any]:

@@ -6,9 +6,10 @@
 It checks that the model's config merges overrides into its defaults and refuses bad
 ones, that its named sizes are valid and its `shapes` (if any) are what init makes,
 that init is deterministic in the seed and float32, that the loss at init is a finite
-scalar near ln(vocabulary) (an untrained model guesses uniformly), and that the
-reference train program built with it (AdamW, a few steps) compiles for the CPU
-backend, matches JAX there and lowers the loss.
+scalar near ln(vocabulary) (an untrained model guesses uniformly), that its key/value
+cache (`decode`, if any) gives `logits`' numbers, and that the reference train program
+built with it (AdamW, a few steps) compiles for the CPU backend, matches JAX there and
+lowers the loss.
 """
 
 import math
@@ -70,6 +71,31 @@ class ModelConformance:
             loss = float(model.loss(config, model.init(config, 0), x[0], y[0]))
         assert math.isfinite(loss)
         assert abs(loss - math.log(corpus.vocab_size)) < 1.0, f"loss {loss} at init"
+
+    def test_decode_gives_the_logits_position_by_position(self, model: Any) -> None:
+        """A model with a key/value cache (`decode`): a prefill of a padded window, then
+        one token at a time, as `pcp sample --backend` calls it, give `logits`' numbers."""
+        if model.decode is None or model.cache_shape is None:
+            pytest.skip(f"model {model.name!r} has no decode")
+        import jax
+        import jax.numpy as jnp
+
+        config = model.config({**self.small_config, "vocab_size": 30})
+        params = model.init(config, 3)
+        block, prompt = config["block_size"], config["block_size"] // 2
+        ids = np.random.default_rng(0).integers(0, 30, (1, block)).astype(np.int32)
+        with on_cpu():
+            full = np.asarray(model.logits(config, params, jnp.asarray(ids)))[0]
+            decode = jax.jit(lambda cache, tokens, start, last: model.decode(
+                config, params, cache, tokens, start, last))  # fmt: skip
+            window = np.where(np.arange(block) < prompt, ids, 0).astype(np.int32)
+            cache = jnp.zeros(model.cache_shape(config, 1), jnp.float32)
+            logits, cache = decode(cache, window, 0, prompt - 1)
+            np.testing.assert_allclose(logits[0], full[prompt - 1], rtol=0, atol=self.rtol)
+            for position in range(prompt, block):
+                token = ids[:, position : position + 1]
+                logits, cache = decode(cache, token, position, 0)
+                np.testing.assert_allclose(logits[0], full[position], rtol=0, atol=self.rtol)
 
     def test_trains_on_the_cpu_backend(self) -> None:
         from pcp_core import plugins
