@@ -269,6 +269,15 @@ def combinations() -> list[tuple[str, str, str | None, str | None]]:
     return rows
 
 
+def require_trained(session: nox.Session, run_dir: Path, what: str) -> None:
+    """Fail the session unless the run in `run_dir` learnt: a finite final loss below
+    the corpus's unigram entropy plus a margin."""
+    summary = json.loads((run_dir / "summary.json").read_text())
+    loss = summary["final_train_loss"]
+    if not (math.isfinite(loss) and loss < summary["unigram_entropy"] + 0.5):
+        session.error(f"{what} did not train: final loss {loss}")
+
+
 def make_combination(backend: str, combination: tuple) -> None:
     algorithm, inner, outer, transport = combination
     name = "-".join(["matrix", backend, *(part for part in combination if part)])
@@ -296,10 +305,7 @@ def make_combination(backend: str, combination: tuple) -> None:
             session.skip(f"compiled; not trained: {reason}")
         extra = ["--workers", "2", "--inner-steps", "10"] if outer else []
         session.run(pcp, "train", *chosen, *shape, *extra, "--out", "run", env=env, external=True)
-        summary = json.loads(Path("run/summary.json").read_text())
-        loss = summary["final_train_loss"]
-        if not (math.isfinite(loss) and loss < summary["unigram_entropy"] + 0.5):
-            session.error(f"{name} did not train: final loss {loss}")
+        require_trained(session, Path("run"), name)
 
 
 for _backend in BACKENDS:
@@ -356,10 +362,7 @@ def worker_iree_cpu(session: nox.Session) -> None:
             shepherd.kill()
     if code != 0:
         session.error(f"the shepherd failed ({code}): {Path('shepherd.log').read_text()[-3000:]}")
-    summary = json.loads(Path("run/summary.json").read_text())
-    loss = summary["final_train_loss"]
-    if not (math.isfinite(loss) and loss < summary["unigram_entropy"] + 0.5):
-        session.error(f"the jax-free worker did not train: final loss {loss}")
+    require_trained(session, Path("run"), "the jax-free worker's run")
 
 
 @nox.session(python=PYTHON, tags=["authoring"])
@@ -495,7 +498,7 @@ def container_cpu(session: nox.Session) -> None:
     out.mkdir()
     podman("run", "--rm", "-v", f"{out}:/work/out", CONTAINER_IMAGE,
            "train", *TINY, *SHORT, "--out", "/work/out/train")  # fmt: skip
-    trained_in_container(session, out / "train")
+    require_trained(session, out / "train", "pcp train in a container")
     run_on_a_container_network(session, podman, work, out)
 
 
@@ -531,13 +534,6 @@ def run_on_a_container_network(session: nox.Session, podman: Podman, work: Path,
         podman.quietly("secret", "rm", name)
     if status != "0":
         session.error(f"the shepherd's container exited with {status}:\n{seen[0][-3000:]}")
-    trained_in_container(session, out / "run")
+    require_trained(session, out / "run", "the run of containers")
     if any(secret in text for text in seen):
         session.error("the secret shows in a container's logs or its configuration")
-
-
-def trained_in_container(session: nox.Session, run_dir: Path) -> None:
-    summary = json.loads((run_dir / "summary.json").read_text())
-    loss = summary["final_train_loss"]
-    if not (math.isfinite(loss) and loss < summary["unigram_entropy"] + 0.5):
-        session.error(f"{run_dir.name} did not train in its container: final loss {loss}")
