@@ -1,8 +1,9 @@
 """A GPU worker beside a CPU worker, rounds by time (issue 31 on the GPU machine).
 
 Each run is a real `pcp shepherd` and real `pcp worker` processes on 127.0.0.1, each
-pinned to its own cores (the shepherd one, the GPU worker half the machine less one,
-the CPU worker the other half), DiLoCo with `--round-budget auto` and `--merge tokens`:
+pinned to its own cores (the shepherd one, the CPU worker the last half of the machine or
+`run --cpu-cores N`, the GPU worker the rest), DiLoCo with `--round-budget auto` and
+`--merge tokens`:
 
     alone      the GPU worker (`--backend xla`) alone
     pair       the GPU worker and an IREE `cpu` worker
@@ -50,19 +51,23 @@ WORKERS = {
 PORT = 47931
 
 
-def cores() -> dict[str, set[int]]:
-    """Which cores each process may use: the shepherd one, the GPU worker half the
-    machine less one (XLA compiles its program as it joins, with a ptxas per kernel),
-    the CPU worker the other half; on a machine of fewer than 6 cores (a trial run),
-    all of them each."""
+def cores(cpu_cores: int | None = None) -> dict[str, set[int]]:
+    """Which cores each process may use: the shepherd one, the CPU worker the last
+    `cpu_cores` (half the machine when None), the GPU worker the rest (XLA compiles its
+    program as it joins, with a ptxas per kernel); on a machine of fewer than 6 cores (a
+    trial run), all of them each. IREE's `local-task` driver (3.13) starts a worker
+    thread for each core it may use, pinned to it, so `cpu_cores` is also the CPU
+    worker's thread count."""
     available = sorted(os.sched_getaffinity(0))
-    half = len(available) // 2
     if len(available) < 6:
         return {key: set(available) for key in ("shepherd", "gpu", "cpu")}
+    cpu = len(available) // 2 if cpu_cores is None else cpu_cores
+    if not 1 <= cpu <= len(available) - 2:
+        raise SystemExit(f"--cpu-cores {cpu}: 1 to {len(available) - 2} on this machine")
     return {
         "shepherd": {available[0]},
-        "gpu": set(available[1:half]),
-        "cpu": set(available[half:]),
+        "gpu": set(available[1:-cpu]),
+        "cpu": set(available[-cpu:]),
     }
 
 
@@ -92,14 +97,19 @@ def stop(processes: dict[str, subprocess.Popen]) -> None:
 
 
 def launch(
-    run: str, run_dir: Path, shepherd_flags: list[str], shepherd: list[str] | None = None
+    run: str,
+    run_dir: Path,
+    shepherd_flags: list[str],
+    shepherd: list[str] | None = None,
+    cpu_cores: int | None = None,
 ) -> dict[str, subprocess.Popen]:
-    """Start the shepherd (`shepherd`: another command line for it) and the run's workers."""
+    """Start the shepherd (`shepherd`: another command line for it) and the run's workers,
+    the CPU worker on `cpu_cores` cores (`cores`)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     token = run_dir / "token"
     token.write_text(secrets.token_hex(32))
     token.chmod(0o600)
-    pinned = cores()
+    pinned = cores(cpu_cores)
     workers = WORKERS[run]
     argv = [
         *(shepherd or [sys.executable, "-m", "pcp_core"]),
@@ -123,8 +133,14 @@ def launch(
     return processes
 
 
-def run_one(run: str, run_dir: Path, shepherd_flags: list[str], timeout_s: float) -> dict:
-    processes = launch(run, run_dir, shepherd_flags)
+def run_one(
+    run: str,
+    run_dir: Path,
+    shepherd_flags: list[str],
+    timeout_s: float,
+    cpu_cores: int | None = None,
+) -> dict:
+    processes = launch(run, run_dir, shepherd_flags, cpu_cores=cpu_cores)
     started = time.monotonic()
     try:
         while processes["shepherd"].poll() is None:
@@ -302,6 +318,12 @@ def main(argv: list[str]) -> None:
     run.add_argument("--results", type=Path, default=Path("benchmarks/results/gpu"))
     run.add_argument("--stem", default="unequal")
     run.add_argument("--timeout", type=float, default=400.0, help="seconds a run may take")
+    run.add_argument(
+        "--cpu-cores",
+        type=int,
+        help="cores of the CPU worker (the last ones; default half the machine); the GPU "
+        "worker gets the others less the shepherd's",
+    )
     dumping = commands.add_parser("dump", help="keep the program the cpu worker would get")
     dumping.add_argument("--out", type=Path, required=True)
     dumping.add_argument("--timeout", type=float, default=300.0)
@@ -328,7 +350,7 @@ def main(argv: list[str]) -> None:
     results = []
     for name in args.runs:
         print(f"== {name}", flush=True)
-        results.append(run_one(name, args.out / name, flags, args.timeout))
+        results.append(run_one(name, args.out / name, flags, args.timeout, args.cpu_cores))
         print(json.dumps(results[-1]), flush=True)
     args.results.mkdir(parents=True, exist_ok=True)
     (args.results / f"{args.stem}.json").write_text(
