@@ -4,6 +4,7 @@ staged deltas, saved inner states and checkpoints that survive damage."""
 import itertools
 import json
 import threading
+import time
 from types import SimpleNamespace
 
 import numpy as np
@@ -99,10 +100,10 @@ def test_a_result_refused_for_its_norm_still_reports_its_speed() -> None:
         for i in range(3)
     ]
     norms = (1.0, 1.1, 1000.0)
-    reports = [(links[i], Result(1, 0, [1.0] * 10, 2.0, norms[i])) for i in range(3)]
+    reports = [(links[i], Result(1, 0, [1.0] * 10, 2.0, norms[i]), None) for i in range(3)]
     outcome = RoundOutcome(1, 0)
     accepted = _check_reports(plan, reports, NormBound(ratio=10), outcome)  # type: ignore[arg-type]
-    assert [link.index for link, _ in accepted] == [0, 1] and 2 in outcome.rejected
+    assert [link.index for link, _, _ in accepted] == [0, 1] and 2 in outcome.rejected
     assert sorted(outcome.reported) == [0, 1, 2]
 
 
@@ -204,7 +205,11 @@ def test_inner_state_store(tmp_path) -> None:
     saved_round, _ = store.load("run", before_round=3)  # a round asked for again
     assert saved_round == 2
     assert store.load("other-run", 9) is None
-    store.forget(3)  # a refused round: the next starts from the state before it
+    store.forget_from(3)  # a refused round: the next starts from the state before it
+    assert store.load("run", before_round=9)[0] == 2
+    store.save("run", 3, 3, arrays(3))
+    store.save("run", 3, 4, arrays(4), keep=3)  # and one reported ahead of it, gone too
+    store.forget_from(3)
     assert store.load("run", before_round=9)[0] == 2
     store.save("run", 3, 3, arrays(3))
     store._files()[-1].write_bytes(b"torn")  # a damaged newest file: the one before it
@@ -355,7 +360,11 @@ def test_a_rounds_inner_state_is_written_beside_what_follows(tmp_path, monkeypat
     executor.state = [np.full(2, 7, np.float32)]
     inner.finished(0)  # returns with the write held
     executor.state = [np.full(2, 8, np.float32)]  # the next round moves on
-    assert writers == ["inner-state"] and store.newest_round("run") is None
+    for _ in range(300):  # the write starts on its thread
+        if writers:
+            break
+        time.sleep(0.01)
+    assert writers[0].startswith("inner-state") and store.newest_round("run") is None
 
     inner.after_round = None  # round 1 asked again: its state comes from the store
     restoring = threading.Thread(target=inner.prepare, args=(1,))

@@ -154,6 +154,8 @@ def test_one_program_for_every_schedule(corpus: data.CharCorpus) -> None:
         ]
         np.testing.assert_allclose(np.asarray(runs[0][2]), np.asarray(runs[1][2]), rtol=1e-6)
         weights, states = [run[0] for run in runs], [run[1] for run in runs]
+    # XLA fuses baked constants otherwise than state: on an AMD EPYC host two of 96
+    # weights near zero (7e-7) differed by 1.2e-7, float32 rounding of weights of 1e-2
     for ours, theirs in zip(*weights, strict=True):
-        np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-5, atol=1e-7)
+        np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-5, atol=1e-6)
     assert jax.numpy.array_equal(states[0][-1], carried.init_opt_state(params)[-1])
