@@ -104,15 +104,21 @@ def test_the_shepherd_keeps_its_own_link_busy_while_a_round_transfers(rehearse) 
 
 
 @pytest.mark.slow
-def test_a_worker_cut_off_for_20_s_is_left_behind_then_rejoins(rehearse, tmp_path: Path) -> None:
+@pytest.mark.parametrize("overlap", ["none", "ahead"])
+def test_a_worker_cut_off_for_20_s_is_left_behind_then_rejoins(
+    rehearse, tmp_path: Path, overlap: str
+) -> None:
     """ci-1's link goes down for 20 s after round 3: the round goes on with ci-0 within
-    the shepherd's --worker-timeout, later rounds run on one worker, and ci-1 rejoins."""
+    the shepherd's --worker-timeout, later rounds run on one worker, and ci-1 rejoins;
+    with blocking rounds, and with rounds reported ahead of their Assignment."""
     from pcp_core.rehearsal.harness import joined_indices
 
+    flags = (*TINY, "--steps-per-call", "10", "--eval-every", "0", *DEADLINES)
+    steps = 2000 if overlap == "none" else 10000  # rounds that hide the network go faster
     settings = TrainingSettings(
-        steps=2000,
+        steps=steps,
         inner_steps=10,
-        shepherd_flags=(*TINY, "--steps-per-call", "10", "--eval-every", "0", *DEADLINES),
+        shepherd_flags=(*flags, "--overlap", overlap),
         worker_flags=("--timeout", "5"),
     )
     cut, during = cut_link(tmp_path / "run", "ci-1", after_rounds=3, seconds=20)
@@ -122,7 +128,7 @@ def test_a_worker_cut_off_for_20_s_is_left_behind_then_rejoins(rehearse, tmp_pat
     assert "up" in cut, f"the run ended before the link came back: {cut}"
     assert result.exit_codes == {"shepherd": 0, "ci-0": 0, "ci-1": 0}
     workers = [r["workers"] for r in result.rounds]
-    assert len(workers) == 200 and workers[0] == 2
+    assert len(workers) == steps // 10 and workers[0] == 2
     alone = [r for r in result.rounds if r["workers"] == 1]
     assert alone, "no round went on without the cut worker"
     assert max(r["round_s"] for r in alone) < 15, "a round waited for the cut link"
@@ -135,12 +141,13 @@ def test_a_worker_cut_off_for_20_s_is_left_behind_then_rejoins(rehearse, tmp_pat
 @pytest.mark.alone
 def test_overlapped_rounds_keep_the_workers_busier_than_blocking_ones(rehearse) -> None:
     """With rounds whose compute is about their network time, `--overlap delayed` hides
-    the network behind the next round's steps: a higher compute utilisation, and a
+    the network behind the next round's steps, and so does `--overlap ahead` (results
+    sent before their Assignment, deltas pushed): a higher compute utilisation, and a
     validation loss still far below the untrained model's."""
     scenario = load_scenario(ROOT / "scenarios" / "ci.toml")
     flags = (*TINY, "--steps-per-call", "10", "--eval-every", "0")
     utilisation, run_utilisation = {}, {}
-    for overlap in ("none", "delayed"):
+    for overlap in ("none", "delayed", "ahead"):
         settings = TrainingSettings(
             steps=OVERLAP_STEPS,
             inner_steps=OVERLAP_INNER_STEPS,
@@ -154,9 +161,10 @@ def test_overlapped_rounds_keep_the_workers_busier_than_blocking_ones(rehearse) 
         run_utilisation[overlap] = summary["compute_utilisation"]
         between = [r["compute_utilisation"] for r in result.rounds[1:-1]]
         utilisation[overlap] = statistics.median(between)
-    assert run_utilisation["delayed"] > run_utilisation["none"], run_utilisation
     idle = {overlap: 1 - share for overlap, share in utilisation.items()}
-    assert idle["delayed"] < OVERLAP_IDLE_RATIO * idle["none"], utilisation
+    for overlap in ("delayed", "ahead"):
+        assert run_utilisation[overlap] > run_utilisation["none"], run_utilisation
+        assert idle[overlap] < OVERLAP_IDLE_RATIO * idle["none"], utilisation
 
 
 @pytest.mark.slow

@@ -1,7 +1,9 @@
 """Result aggregation: which pseudo-gradients count, and summing them in bounded memory.
 
 A worker first reports a `Result` (losses and the norm of its pseudo-gradient); the
-shepherd checks it (`check_result`, `NormBound`) and only then fetches the tensors. Each
+shepherd checks it (`check_result`, `NormBound`) and only then fetches the tensors
+(where deltas are pushed, `RunSettings.push_deltas`, they are read as they come, one
+buffer per worker, and dropped unread into the sum if their Result is refused). Each
 `Delta` is read into one of a few staging buffers (`StagingPool`), checked there (every
 tensor present with the right name, shape and dtype, all finite, its norm the one
 announced) and only then added into the running sum. A worker that fails mid-transfer,
@@ -194,6 +196,25 @@ class DeltaSink:
             self.decode_s += time.perf_counter() - started
         self.received_bytes += array.nbytes
         self.filled_count += 1
+
+
+class DrainSink:
+    """A `TensorSink` for a Delta that is not wanted (pushed after a Result computed
+    ahead of an Assignment that did not continue it, `RunSettings.ahead`): each tensor
+    is read into scratch memory and dropped, checked as `DeltaSink` checks it, against
+    the spec of the parameter it names."""
+
+    def __init__(self, specs: list[TensorSpec], codec: Codec | None = None) -> None:
+        self.specs, self.codec = {spec.name: spec for spec in specs}, codec
+
+    def buffer(self, index: int, header: TensorHeader) -> np.ndarray:
+        spec = self.specs.get(header.name)
+        if spec is None or index >= len(self.specs):
+            raise MalformedDelta(f"unexpected tensor {header.name}")
+        return DeltaSink([np.empty(spec.shape, spec.dtype)], [spec], self.codec).buffer(0, header)
+
+    def filled(self, index: int, header: TensorHeader, array: np.ndarray) -> None:
+        pass
 
 
 def check_delta(arrays: list[np.ndarray], received: int, announced_norm: float) -> None:

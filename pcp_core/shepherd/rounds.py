@@ -14,7 +14,15 @@
    told why (`Discard`) and stays connected.
 4. The accepted pseudo-gradients are fetched, a few at a time into staging buffers,
    checked whole and only then added into the sum, each weighed as the plan says (DiLoCo:
-   by the inner steps it ran, `--merge`).
+   by the inner steps it ran, `--merge`). Where deltas are pushed (`RoundPlan.pushed`),
+   each is read right after its Result into a buffer of its own, a round trip less.
+
+Under `RunSettings.ahead` a worker may send a round's Result (and Delta) before that
+round's Assignment reaches it, computed from its own parameters: the exchange reads it
+after sending the Assignment, as any other. It counts only if the Assignment continues
+the worker's last accepted round (`Assignment.continues`, for the same round and
+attempt); otherwise it is read, dropped, and the worker's rerun from the Assignment is
+waited for.
 
 A round may move part of the model (`Scope`, DiLoCo's streaming fragments): its
 pseudo-gradients then hold only the parameters it returns, and a worker that took part
@@ -25,8 +33,10 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 
+import numpy as np
 import structlog
 
 from pcp_core.codecs import Codec
@@ -34,6 +44,7 @@ from pcp_core.shepherd.admission import WorkerLink
 from pcp_core.shepherd.aggregation import (
     BadResult,
     DeltaSink,
+    DrainSink,
     MalformedDelta,
     NonFinite,
     NormBound,
@@ -106,6 +117,16 @@ class RoundPlan:
     codec: Codec | None = None  # pseudo-gradients come encoded (None: float32 as it is)
     # how much an accepted result counts in the round's mean (a positive integer)
     weigh: Callable[[Result], int] = lambda result: 1
+    pushed: bool = False  # each Delta follows its Result unasked (RunSettings.push_deltas)
+
+
+@dataclass
+class Pushed:
+    """A Delta read right after its Result, into arrays of its own."""
+
+    delta: Delta
+    arrays: list[np.ndarray]
+    sink: DeltaSink
 
 
 def run_attempt(
@@ -130,26 +151,38 @@ def run_attempt(
     return outcome
 
 
+Report = tuple[WorkerLink, Result, Pushed | None]
+
+
 def _collect_reports(
     plan: RoundPlan, links: list[WorkerLink], staging: StagingPool, outcome: RoundOutcome
-) -> list[tuple[WorkerLink, Result]]:
-    def exchange(link: WorkerLink) -> Result | None:
+) -> list[Report]:
+    here = (plan.round, plan.attempt)
+
+    def exchange(link: WorkerLink) -> tuple[Result, Pushed | None] | None:
         assignment = plan.assignments[link.index]
         out = plan.outgoing
-        current = link.index in plan.changed
+        assignment.continues = current = link.index in plan.changed
         assignment.tensors = list(out.changes.values()) if current else list(out.whole)
         link.conn.send(assignment)
         plan.status.worker_state(
             link.index, "training", plan.round, inner_steps=assignment.inner_steps
         )
-        reply = link.conn.receive()
-        plan.status.worker_state(link.index, "reporting", plan.round)
-        if isinstance(reply, Failure):
-            log.warning("worker failed", worker=link.label, reason=reply.reason)
-            return None
-        if not isinstance(reply, Result):
-            raise TransportError(f"expected a Result, got {type(reply).__name__}")
-        return reply
+        while True:
+            reply = link.conn.receive()
+            plan.status.worker_state(link.index, "reporting", plan.round)
+            if isinstance(reply, Failure):
+                log.warning("worker failed", worker=link.label, reason=reply.reason)
+                return None
+            if not isinstance(reply, Result):
+                raise TransportError(f"expected a Result, got {type(reply).__name__}")
+            if not reply.ahead or (current and (reply.round, reply.attempt) == here):
+                return reply, _pushed(plan, link, staging) if plan.pushed else None
+            log.info("result computed ahead dropped", worker=link.label, round=reply.round)
+            if plan.pushed and not isinstance(
+                link.conn.receive(DrainSink(staging.specs, plan.codec)), Delta
+            ):
+                raise TransportError("expected the Delta of a result computed ahead")
 
     reports = []
     with ThreadPoolExecutor(max_workers=len(links), thread_name_prefix="pcp-round") as pool:
@@ -170,6 +203,10 @@ def _collect_reports(
             link = futures[future]
             try:
                 result = future.result()
+            except MalformedDelta as error:  # pushed; the transport has closed the connection
+                _reject(link, plan, error, outcome)
+                outcome.lost.append(link)
+                continue
             except (TransportError, OSError) as error:
                 _lose(link, plan, error, outcome)
                 continue
@@ -177,8 +214,19 @@ def _collect_reports(
                 outcome.rejected[link.index] = "the worker reported a failure"
                 plan.status.worker_state(link.index, "ready", plan.round)
             else:
-                reports.append((link, result))
+                reports.append((link, *result))
     return sorted(reports, key=lambda report: report[0].index)
+
+
+def _pushed(plan: RoundPlan, link: WorkerLink, staging: StagingPool) -> Pushed:
+    """The Delta that follows a Result, read into arrays of its own."""
+    specs = [staging.specs[i] for i in plan.returned]
+    arrays = [np.empty(spec.shape, spec.dtype) for spec in specs]
+    sink = DeltaSink(arrays, specs, plan.codec)
+    delta = link.conn.receive(sink)
+    if not isinstance(delta, Delta):
+        raise TransportError(f"expected a Delta, got {type(delta).__name__}")
+    return Pushed(delta, arrays, sink)
 
 
 def _wait_for_reports(pending: set[Future], plan: RoundPlan) -> set[Future]:
@@ -196,14 +244,11 @@ def _wait_for_reports(pending: set[Future], plan: RoundPlan) -> set[Future]:
 
 
 def _check_reports(
-    plan: RoundPlan,
-    reports: list[tuple[WorkerLink, Result]],
-    bound: NormBound,
-    outcome: RoundOutcome,
-) -> list[tuple[WorkerLink, Result]]:
+    plan: RoundPlan, reports: list[Report], bound: NormBound, outcome: RoundOutcome
+) -> list[Report]:
     """The reports that may be fetched; the others are refused and told why."""
     fine, senders = [], set()
-    for link, result in reports:
+    for link, result, pushed in reports:
         try:
             name = link.hello.worker_name
             if name in senders:
@@ -216,15 +261,15 @@ def _check_reports(
                 raise BadResult(f"{len(result.losses)} inner steps reported, at most {most} asked")
             senders.add(name)
             outcome.reported[link.index] = result
-            fine.append((link, result))
+            fine.append((link, result, pushed))
         except BadResult as error:
             _refuse(link, plan, error, outcome)
-    limit = bound.limit([step_norm(result) for _, result in fine])
+    limit = bound.limit([step_norm(result) for _, result, _ in fine])
     accepted = []
-    for link, result in fine:
+    for link, result, pushed in fine:
         try:
             bound.check(step_norm(result), limit)
-            accepted.append((link, result))
+            accepted.append((link, result, pushed))
         except BadResult as error:
             _refuse(link, plan, error, outcome)
     return accepted
@@ -257,18 +302,21 @@ def _refuse(link: WorkerLink, plan: RoundPlan, error: BadResult, outcome: RoundO
 
 def _fetch(
     plan: RoundPlan,
-    accepted: list[tuple[WorkerLink, Result]],
+    accepted: list[Report],
     total: RunningSum,
     staging: StagingPool,
     outcome: RoundOutcome,
 ) -> None:
-    def fetch(link: WorkerLink, result: Result) -> None:
-        with staging.buffer() as buffer:
-            arrays = [buffer[i] for i in plan.returned]
+    def fetch(link: WorkerLink, result: Result, pushed: Pushed | None) -> None:
+        with staging.buffer() if pushed is None else nullcontext(pushed.arrays) as buffer:
+            arrays = buffer if pushed else [buffer[i] for i in plan.returned]
             try:
-                link.conn.send(Fetch(plan.round, plan.attempt))
-                sink = DeltaSink(arrays, [staging.specs[i] for i in plan.returned], plan.codec)
-                reply = link.conn.receive(sink)
+                if pushed is None:
+                    link.conn.send(Fetch(plan.round, plan.attempt))
+                    sink = DeltaSink(arrays, [staging.specs[i] for i in plan.returned], plan.codec)
+                    reply = link.conn.receive(sink)
+                else:
+                    reply, sink = pushed.delta, pushed.sink
                 if not isinstance(reply, Delta):
                     raise TransportError(f"expected a Delta, got {type(reply).__name__}")
                 if (reply.round, reply.attempt) != (plan.round, plan.attempt):
@@ -296,7 +344,8 @@ def _fetch(
     if not accepted:
         return
     counting = threading.Lock()
-    workers = min(len(accepted), staging.count)  # more would only wait for a buffer
+    # more would only wait for a buffer; pushed deltas are all here
+    workers = len(accepted) if plan.pushed else min(len(accepted), staging.count)
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pcp-fetch") as pool:
-        for future in [pool.submit(fetch, link, result) for link, result in accepted]:
+        for future in [pool.submit(fetch, *report) for report in accepted]:
             future.result()

@@ -18,6 +18,7 @@ import statistics
 import time
 from collections import deque
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -42,6 +43,7 @@ log = structlog.get_logger(__name__)
 
 ATTEMPTS = 3  # attempts in a row that lose no worker yet miss the quorum: the run fails
 DEADLINE_HISTORY = 5  # rounds whose duration sets the next deadline
+STOP_DRAIN_S = 5.0  # how long stopped workers have to close their ends
 
 
 class RoundFailed(RuntimeError):
@@ -223,6 +225,7 @@ class Shepherd:
                 dict(excluded or {}),
                 on_the_wire(self.admission.settings.codec),
                 weigh,
+                self.admission.settings.push_deltas or self.admission.settings.ahead > 0,
             )
             total = RunningSum(self._sums)
             outcome = run_attempt(plan, links, total, self._staging, bound)
@@ -304,21 +307,37 @@ class Shepherd:
         then close all connections, the listener and the program builds in flight."""
         self._stop_reason = reason
         self.admission.closing.set()
-        for link in list(self.links.values()):
-            self._stop(link)
+        self._stop(list(self.links.values()))
         self.links.clear()
         self.stop_joined()
         self.admission.close()
 
     def stop_joined(self) -> None:
         """Stop the workers that joined but were not taken into a round yet."""
-        while True:
-            try:
-                self._stop(self.admission.joined.get_nowait())
-            except queue.Empty:
-                return
+        joined = []
+        with contextlib.suppress(queue.Empty):
+            while True:
+                joined.append(self.admission.joined.get_nowait())
+        self._stop(joined)
 
-    def _stop(self, link: WorkerLink) -> None:
-        with contextlib.suppress(TransportError, OSError):
-            link.conn.send(Stop(self._stop_reason))
-        link.conn.close()
+    def _stop(self, links: list[WorkerLink]) -> None:
+        """Send each a Stop, read what they still send (results computed ahead of their
+        Assignment, `RunSettings.ahead`) until they close their end or STOP_DRAIN_S
+        pass, then close: a socket closed with bytes unread resets the connection, and
+        on a far link the reset can overtake the Stop."""
+        for link in links:
+            with contextlib.suppress(TransportError, OSError):
+                link.conn.send(Stop(self._stop_reason))
+        if not links:
+            return
+        with ThreadPoolExecutor(len(links), thread_name_prefix="pcp-stop") as pool:
+            wait([pool.submit(_drain, link) for link in links], timeout=STOP_DRAIN_S)
+            for link in links:
+                link.conn.close()  # wakes a drain still reading
+
+
+def _drain(link: WorkerLink) -> None:
+    """Read and drop a stopped worker's messages until it closes the connection."""
+    with contextlib.suppress(TransportError, OSError):
+        while True:
+            link.conn.receive()

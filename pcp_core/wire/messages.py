@@ -11,7 +11,9 @@ ShardRequest and gets it as ShardData chunks; worker → Ready once the program 
 (or Failure); then per round
 shepherd → Assignment (global params), worker → Result (losses and the pseudo-gradient's
 norm, no tensors), shepherd → Fetch (or Discard), worker → Delta (the pseudo-gradient);
-finally shepherd → Stop. After the Welcome both sides send a Heartbeat every
+where the run pushes deltas (`RunSettings.push_deltas`) each Delta follows its Result
+unasked and a Discard is the only answer; finally shepherd → Stop. After the Welcome
+both sides send a Heartbeat every
 `Welcome.heartbeat_s` while they have nothing else to say, so each can tell a silent
 peer from a busy one. Every message after the Welcome, in both directions, is followed by
 a Seal that authenticates it (`pcp_core.wire.channel`).
@@ -30,7 +32,9 @@ import numpy as np
 # 9: a seal covers a tensor's bytes as the digests of its chunks (pcp_core.wire.channel)
 # 10: a budgeted round says where the run's learning-rate schedule stands
 #     (Assignment.schedule_step)
-PROTOCOL_VERSION = 10
+# 11: deltas may follow their Results unasked (RunSettings.push_deltas), and a Result may
+#     come before its Assignment (RunSettings.ahead, Result.ahead, Assignment.continues)
+PROTOCOL_VERSION = 11
 
 
 @dataclass
@@ -107,6 +111,12 @@ class RunSettings:
     # how the global parameters cross to a worker that holds the last ones: as encoded
     # changes to its copy (pcp_core.wire.downlink), or "f32" values as they are
     codec_down: str = "f32"
+    # each Delta follows its Result at once instead of waiting for a Fetch: a round trip
+    # less a round, for a shepherd that holds one delta per worker at a time
+    push_deltas: bool = False
+    # an overlapped worker may report up to this many rounds past the last Assignment it
+    # has, before their own Assignments arrive (pcp_core.worker.overlap); 0: none
+    ahead: int = 0
 
 
 @dataclass(frozen=True)
@@ -188,6 +198,9 @@ class Assignment:
     # a budgeted round's place in the run's schedule, in steps (the leading worker's steps
     # so far); -1: round × inner_steps
     schedule_step: int = -1
+    # the worker's last result was accepted and it holds the global parameters but for
+    # the ones sent: a result it computed ahead of this Assignment counts (RunSettings.ahead)
+    continues: bool = False
 
     def most_steps(self) -> int:
         """The most inner steps a worker may run (and report) for this round."""
@@ -208,6 +221,9 @@ class Result:
     waited_s: float = 0.0
     sent_s: float = 0.0
     encode_s: float = 0.0  # encoding its pseudo-gradient (RunSettings.codec)
+    # computed before its Assignment arrived, from the worker's own parameters: counts
+    # only if that Assignment `continues` (RunSettings.ahead)
+    ahead: bool = False
 
 
 @dataclass

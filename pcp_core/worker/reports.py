@@ -2,12 +2,15 @@
 `pcp_core.worker.overlap.OverlappedRounds`): it saves the inner state and sends a
 Result (losses, the pseudo-gradient's norm, where its time went); the shepherd answers
 with a Fetch, answered with the Delta, or a Discard (also after the Delta, when its
-tensors failed the shepherd's checks).
+tensors failed the shepherd's checks). Where the run pushes deltas
+(`RunSettings.push_deltas`, or `ahead`) the Delta follows the Result at once and a
+Discard is the only answer; with rounds reported ahead, several rounds may await one.
 
 Under a codec other than f32 (`RunSettings.codec`) the pseudo-gradient is encoded when
 the round ends, each tensor sent as its bytes, and the norm the Result announces is the
 decoded one's: what the shepherd will check and sum."""
 
+import threading
 import time
 from collections.abc import Callable
 
@@ -35,8 +38,12 @@ class Reports:
         codec = on_the_wire(settings.codec)
         self.feedback = None if codec is None else Feedback(codec)
         inner.session.downlink.codec = on_the_wire(settings.codec_down)
-        # sent, not yet settled: the round and the tensors its Delta carries
-        self.pending: tuple[Assignment, list[Tensor]] | None = None
+        self.push = settings.push_deltas or settings.ahead > 0
+        self.kept = settings.ahead + 1  # the rounds reported ahead, and the one before
+        # sent, not yet settled, by (round, attempt): the tensors its Delta carries (none
+        # once pushed); the newest `kept`
+        self.pending: dict[tuple[int, int], list[Tensor]] = {}
+        self.lock = threading.Lock()  # rounds reported ahead are reported off the loop
 
     def receive(self) -> object:
         """The shepherd's next message; an Assignment's tensors as float32 values (its
@@ -46,17 +53,28 @@ class Reports:
             message.tensors = self.inner.session.downlink.take(message.tensors)
         return message
 
-    def report(self, assignment: Assignment, work: RoundWork) -> None:
-        """Round `assignment.round` is done: save its inner state, send its Result."""
+    def report(self, assignment: Assignment, work: RoundWork, ahead: bool = False) -> None:
+        """Round `assignment.round` is done: save its inner state, send its Result (and
+        Delta, where pushed); `ahead`: before its Assignment came."""
         self.inner.finished(assignment.round)
+        self.send(assignment, work, ahead)
+
+    def send(self, assignment: Assignment, work: RoundWork, ahead: bool = False) -> None:
+        """The Result (and Delta) of a round whose inner state is saved, encoded and
+        sent: off the round's thread under overlap (`pcp_core.worker.overlap`)."""
         started = time.perf_counter()
         tensors, norm = self.encoded(work.tensors)
         encode_s = time.perf_counter() - started
         waited_s, sent_s = self.clock.take()
         timings = (work.compute_s, norm, waited_s, sent_s, encode_s)
-        result = Result(assignment.round, assignment.attempt, work.losses, *timings)
-        self.clock.send(self.conn, result)
-        self.pending = (assignment, tensors)
+        asked = (assignment.round, assignment.attempt)
+        with self.lock:  # before the shepherd can answer it
+            self.pending[asked] = [] if self.push else tensors
+            for old in list(self.pending)[: -self.kept]:
+                del self.pending[old]
+        self.clock.send(self.conn, Result(*asked, work.losses, *timings, ahead=ahead))
+        if self.push:
+            self.clock.send(self.conn, Delta(*asked, tensors))
 
     def encoded(self, tensors: list[Tensor]) -> tuple[list[Tensor], float]:
         """The tensors as the Delta carries them, and the norm the shepherd will see."""
@@ -73,13 +91,15 @@ class Reports:
         """Answer a Fetch with the Delta; on a Discard, call `refused` and restore the
         inner state the refused round started from."""
         asked = (message.round, message.attempt)
-        if self.pending is None or (self.pending[0].round, self.pending[0].attempt) != asked:
+        with self.lock:
+            tensors = self.pending.get(asked)
+        if tensors is None or (isinstance(message, Fetch) and self.push):
             raise TransportError(f"the shepherd asked about round {asked}, not ours")
         if isinstance(message, Fetch):  # pending stays: the tensors may fail a check
-            delta = Delta(message.round, message.attempt, self.pending[1])
-            self.clock.send(self.conn, delta)
+            self.clock.send(self.conn, Delta(*asked, tensors))
             return
         log.warning("result refused", round=message.round, reason=message.reason)
-        refused()
+        refused()  # no round runs on from here
+        with self.lock:
+            self.pending.clear()
         self.inner.refused(message.round)
-        self.pending = None

@@ -38,6 +38,9 @@ class WorkerSession:
     # The global parameters as this worker last took them in, by parameter: what its
     # pseudo-gradients are measured from (DiLoCo keeps it across rounds). None: none yet.
     anchor: list[np.ndarray] | None = None
+    # By parameter, where rounds reported ahead of their answer left it, oldest first:
+    # what each next global value of it answers (RunSettings.ahead); DiLoCo keeps it.
+    unanswered: dict[int, list[np.ndarray]] = field(default_factory=dict)
     # its copy of the global parameters, which encoded changes are added to
     # (RunSettings.codec_down): Reports hands the round float32 values
     downlink: HeldParameters = field(default_factory=HeldParameters)
@@ -132,9 +135,10 @@ class InnerState:
     def refused(self, round_index: int) -> None:
         """The shepherd refused this round's result (NaN, say): the next round starts
         from the state this one started from, not from whatever this round left; it is
-        saved again under this round, as if the round had changed nothing."""
+        saved again under this round, as if the round had changed nothing (rounds
+        reported ahead of it, which went on from its end, are forgotten too)."""
         self.saving.wait()
-        self.store.forget(round_index)
+        self.store.forget_from(round_index)
         self.after_round = None
         saved = self.store.load(self.run_id, before_round=round_index)
         if saved is not None:

@@ -83,8 +83,11 @@ class InnerStateStore:
         rounds = [m["round"] for m in map(self._meta, self._files()) if m.get("run_id") == run_id]
         return max(rounds, default=None)
 
-    def forget(self, round_index: int) -> None:
-        self._path(round_index).unlink(missing_ok=True)
+    def forget_from(self, round_index: int) -> None:
+        """Forget the states saved after round `round_index` and every later one."""
+        for path in self._files():
+            if int(_ROUND_FILE.search(path.name).group(1)) >= round_index:  # type: ignore[union-attr]
+                path.unlink(missing_ok=True)
 
     def _path(self, round_index: int) -> Path:
         return self.directory / f"round-{round_index:09d}.npz"

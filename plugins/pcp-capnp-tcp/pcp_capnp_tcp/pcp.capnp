@@ -85,6 +85,7 @@ struct Assignment {
   attempt @5 :UInt32;
   budgetS @6 :Float64;
   scheduleStep @7 :Int64 = -1;
+  continues @8 :Bool;
 }
 
 struct Result {
@@ -96,6 +97,7 @@ struct Result {
   waitedS @5 :Float64;
   sentS @6 :Float64;
   encodeS @7 :Float64;
+  ahead @8 :Bool;
 }
 
 struct Fetch {

@@ -99,8 +99,27 @@ class DilocoSettings:
         "none",
         "none: a worker waits for the new global parameters after each round; delayed: "
         "it starts the next round at once from them as last received plus its own last "
-        "round (pcp_core.worker.overlap), so the network hides behind the inner steps.",
-        choices=("none", "delayed"),
+        "round (pcp_core.worker.overlap), so the network hides behind the inner steps; "
+        "ahead: as delayed, and a round that ends before its Assignment is reported at "
+        "once, up to --ahead-rounds of them (so the network may take that many rounds' "
+        "steps and one more; implies --deltas pushed).",
+        choices=("none", "delayed", "ahead"),
+    )
+    ahead_rounds: int = setting(
+        1,
+        "Under --overlap ahead: how many rounds a worker may report before their "
+        "Assignments arrive. Each more hides a longer network, and computes each round "
+        "from a point one more outer step old.",
+        low=1,
+        high=8,
+    )
+    deltas: str = setting(
+        "fetched",
+        "How pseudo-gradients reach the shepherd: fetched (each Result first, its Delta "
+        "when the shepherd asks: it holds a few at a time) or pushed (each Delta right "
+        "after its Result: a round trip less a round, the shepherd holding one delta per "
+        "worker at a time).",
+        choices=("fetched", "pushed"),
     )
     codec: str = setting(
         "f32",

@@ -147,7 +147,9 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 DilocoWorkerSettings(tuple(reset), diloco.fragments, tuple(counters))
             )
         },
-        overlap=diloco.overlap == "delayed",
+        overlap=diloco.overlap != "none",
+        push_deltas=diloco.deltas == "pushed" or diloco.overlap == "ahead",
+        ahead=diloco.ahead_rounds if diloco.overlap == "ahead" else 0,
         codec=diloco.codec,
         codec_down=diloco.codec_down,
     )
@@ -226,6 +228,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 "budget_s": round(budget_s, 4),
                 "workers": len(outcome.results),
                 "attempts": outcome.attempt + 1,
+                # accepted results computed before their Assignment reached the worker
+                "ahead": sum(result.ahead for result in outcome.results.values()),
                 "rejected": {str(w): why for w, why in sorted(outcome.rejected.items())},
                 "tokens": state.tokens,
                 "elapsed_s": round(ctx.metrics.elapsed(), 4),

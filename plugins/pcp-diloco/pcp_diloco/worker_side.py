@@ -13,7 +13,9 @@ arrives while the steps run: each parameter it carries moves by (new global − 
 between two calls and the anchor becomes the new global, which keeps the progress made
 since the synchronisation and leaves the pseudo-gradient (anchor − parameters) as it
 is. A round that ends before its Assignment waits for it, so every round returns a
-pseudo-gradient measured from the global parameters it was assigned.
+pseudo-gradient measured from the global parameters it was assigned; under `--overlap
+ahead` it may end first, and the global values that answer it fold in during a later
+round, moved by how far they are from where this round left each parameter.
 
 The inner optimizer's state carries over from the worker's last round, but for the
 tensors the shepherd names in `DilocoWorkerSettings.zero_at_round_start` (its momentum,
@@ -52,21 +54,26 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
     budget_s = assignment.budget_s  # a speculative round's is the last round's
 
     def fold_in(wait: bool) -> bool:
-        """Take in the shepherd's own Assignment if it has arrived (`wait`: once it
-        has): its tensors, and its budget from here on."""
+        """Take in the Assignments that have arrived (`wait`: once the round may end,
+        `WorkerSession.arrived`): their tensors, and the round's own budget from here on;
+        whether the round's own came."""
         nonlocal budget_s
-        arrived = session.arrived(wait)
-        if arrived is not None:
+        came = False
+        while (arrived := session.arrived(wait)) is not None:
             take_in(session, told, arrived.tensors, fold=True)
-            budget_s = arrived.budget_s
+            if arrived.round != assignment.round:  # the one of a round reported ahead:
+                budget_s = budget_s if came else arrived.budget_s  # the newest there is
+                continue
+            came, budget_s = True, arrived.budget_s
             if budget_s > 0:  # the speculative round guessed the schedule's place
                 start_schedule_at(session, told, schedule_position(arrived) + len(losses))
-        return arrived is not None
+        return came
 
     for call in range(assignment.most_steps() // steps_per_call):
         if call and spent(budget_s, time.perf_counter() - started - waited, call):
             # a speculative round does not end on a guessed budget: it waits for the
-            # shepherd's Assignment and goes on if that budget has room
+            # shepherd's Assignment (unless it may end ahead of it) and goes on if that
+            # budget has room
             waiting = time.perf_counter()
             came = fold_in(True)
             waited += time.perf_counter() - waiting
@@ -126,6 +133,9 @@ def take_in(
 def move_in(
     session: WorkerSession, tensors: list[Tensor], where: tuple[int, ...], fold: bool
 ) -> None:
+    """Set the parameters `where` to the global values, or (`fold`) move them by how far
+    those are from where the round they answer left them: the anchor, or under rounds
+    reported ahead the oldest unanswered point, all later points moving alike."""
     executor = session.executor
     whole = len(set(where)) == len(executor.param_specs) and not fold
     if session.anchor is None and not whole:
@@ -135,13 +145,22 @@ def move_in(
         for i, tensor in zip(where, tensors, strict=True):
             ordered[i] = tensor.array
         session.anchor = ordered
+        session.unanswered.clear()
         executor.set_params(list(ordered))
         return
     anchor = session.anchor
     params = executor.params()
     for i, tensor in zip(where, tensors, strict=True):
-        params[i] = params[i] + (tensor.array - anchor[i]) if fold else tensor.array
-        anchor[i] = tensor.array
+        points = session.unanswered.pop(i, [])
+        if fold:
+            shift = tensor.array - (points.pop(0) if points else anchor[i])
+            params[i] = params[i] + shift
+            points = [point + shift for point in points]
+        else:
+            params[i], points = tensor.array, []
+        anchor[i] = points[-1] if points else tensor.array
+        if points:
+            session.unanswered[i] = points
     executor.set_params(params)
 
 
@@ -165,7 +184,8 @@ def synchronise(
     session: WorkerSession, fragments: list[tuple[int, ...]], round_index: int
 ) -> list[Tensor]:
     """The pseudo-gradient of the fragment this round synchronises, anchor − parameters;
-    the parameters become that fragment's anchor."""
+    the parameters become that fragment's anchor and the newest point whose answer (the
+    next global values) is due (`move_in`)."""
     anchor = session.anchor
     assert anchor is not None  # taken in at the round's start
     local = session.executor.params()
@@ -174,4 +194,5 @@ def synchronise(
     for i in fragments[of_round(round_index, len(fragments))]:
         pseudo_gradient.append(Tensor(specs[i].name, anchor[i] - local[i]))
         anchor[i] = local[i]
+        session.unanswered.setdefault(i, []).append(local[i])
     return pseudo_gradient

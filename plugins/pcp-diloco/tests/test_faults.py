@@ -101,12 +101,19 @@ def test_losing_the_only_worker_waits_for_it(
     assert "inner state restored" in (out / "worker-0.log").read_text()
 
 
+@pytest.mark.parametrize(
+    "rounds",
+    [(), ("--deltas", "pushed"), ("--overlap", "ahead")],
+    ids=["fetched", "pushed", "ahead"],
+)
 def test_bad_results_are_refused(
-    e2e: Any, tiny: tuple[str, ...], token_file: Path, tmp_path: Path
+    e2e: Any, tiny: tuple[str, ...], token_file: Path, tmp_path: Path, rounds: tuple[str, ...]
 ) -> None:
     """Workers that send NaN, a 1000x norm, a missing tensor, a wrong shape, a replayed
     old result, half a result, or share another's name: each is refused with a log line
-    naming it, the honest results still make every round, and the loss falls."""
+    naming it, the honest results still make every round, and the loss falls; whether
+    the shepherd fetches each pseudo-gradient, it follows its Result unasked, or results
+    come ahead of their Assignment (a refused one's successor is then run again)."""
     port = e2e.free_port()
     address = f"127.0.0.1:{port}"
     e2e.own(address)
@@ -117,7 +124,7 @@ def test_bad_results_are_refused(
         "shepherd",
         *("--backend", "cpu", "--workers", "9", "--min-workers", "2", "--port", str(port)),
         *("--token-file", str(token_file), "--steps", "100", "--inner-steps", "10"),
-        *("--eval-every", "0", "--out", str(out), *tiny),
+        *("--eval-every", "0", "--out", str(out), *tiny, *rounds),
     )
     env = {**os.environ, "PCP_TOKEN": token_file.read_text().strip()}
     for i in range(2):

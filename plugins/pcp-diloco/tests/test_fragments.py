@@ -110,6 +110,31 @@ def test_an_overlapped_round_folds_the_parameters_in_as_they_arrive() -> None:
     assert [float(t.array[0]) for t in ahead.tensors] == [2, 2, 2]
 
 
+def test_rounds_reported_ahead_fold_each_answer_onto_the_point_it_answers() -> None:
+    # --overlap ahead: round 1 ends and is reported before its Assignment; round 2 then
+    # takes in the answer to round 0 and, later, the one to round 1
+    worker = session(fragments=1)
+    worker_round(worker, Assignment(0, 2, 0, 1, 0, tensors({0: 10, 1: 20, 2: 30})))  # to 8
+    early = worker_round(worker, Assignment(1, 2, 0, 1, 0))  # to 6, nothing arrived
+    assert [float(t.array[0]) for t in early.tensors] == [2, 2, 2]
+    assert [float(p[0]) for p in worker.unanswered[0]] == [8, 6]
+    answers = [
+        Assignment(1, 2, 0, 1, 0, tensors({0: 9, 1: 19, 2: 29})),  # answers round 0 (8)
+        None,
+        None,
+        Assignment(2, 2, 0, 1, 0, tensors({0: 8, 1: 18, 2: 28})),  # answers round 1
+        None,
+    ]
+    worker.arrived = lambda wait: answers.pop(0)  # type: ignore[assignment]
+    third = worker_round(worker, Assignment(2, 2, 0, 1, 0))
+    # the first answer moved everything by 9 - 8, round 1's end too (to 7); the second
+    # by 8 - 7: the worker ends at the last global values less round 2's two steps
+    np.testing.assert_array_equal(worker.executor.params()[0], 6)
+    assert [float(t.array[0]) for t in third.tensors] == [2, 2, 2]
+    assert [float(p[0]) for p in worker.unanswered[0]] == [6]  # round 2's end, due next
+    assert not answers
+
+
 def test_a_fragment_for_a_worker_without_the_parameters_is_refused() -> None:
     with pytest.raises(TransportError, match="part of the parameters"):
         worker_round(session(fragments=2), Assignment(0, 1, 0, 1, 0, tensors({0: 1})))

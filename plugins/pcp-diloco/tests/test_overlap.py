@@ -1,5 +1,6 @@
 """Overlapped rounds (`--overlap delayed`): the next round starts while the last one's
-result travels, and the new global parameters are folded in when they arrive."""
+result travels, and the new global parameters are folded in when they arrive; with
+`--overlap ahead` a round that ends first is reported before its Assignment."""
 
 import json
 from pathlib import Path
@@ -23,13 +24,17 @@ def test_the_predicted_round_is_the_next_one_on_the_next_shard_without_tensors()
     assert predicted(Assignment(4, 50, 2, 3, 7, schedule_step=230)).schedule_step == 280
 
 
-def train(out: Path, overlap: str) -> dict:
+def train(out: Path, overlap: str, inner_steps: int = 30, steps_per_call: int = 10) -> dict:
     config = RunConfig(
         algorithm="diloco",
         steps=120,
         eval_every=120,
         out=out,
-        plugins={"diloco": {"inner_steps": 30, "overlap": overlap}, "shepherd": {"workers": 2}},
+        steps_per_call=steps_per_call,
+        plugins={
+            "diloco": {"inner_steps": inner_steps, "overlap": overlap},
+            "shepherd": {"workers": 2},
+        },
         **MODEL,
     )
     return run.train(config, dashboard=False)
@@ -49,3 +54,14 @@ def test_an_overlapped_run_trains_as_far_as_a_blocking_one(tmp_path: Path) -> No
     for worker in ("worker-0", "worker-1"):
         log = (tmp_path / "overlapped" / f"{worker}.log").read_text()
         assert log.count("speculative round dropped") <= 1  # only the one the Stop ends
+
+
+@pytest.mark.slow
+def test_rounds_reported_ahead_of_their_assignment_count_and_train(tmp_path: Path) -> None:
+    # rounds of five 2-step calls end before the shepherd's next Assignment is out
+    summary = train(tmp_path / "ahead", "ahead", inner_steps=10, steps_per_call=2)
+    records = [json.loads(line) for line in (tmp_path / "ahead" / "metrics.jsonl").open()]
+    rounds = [r for r in records if "round" in r]
+    assert len(rounds) == 12 and all(r["workers"] == 2 for r in rounds)
+    assert sum(r["ahead"] for r in rounds) > 0, [r["ahead"] for r in rounds]
+    assert summary["final_val_loss"] < 0.8 * summary["unigram_entropy"]
