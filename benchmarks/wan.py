@@ -45,6 +45,22 @@ VARIANTS = {
     # rounds by time for unequal workers (--round-budget auto, merged by tokens)
     "budgeted": ("--overlap", "none", "--fragments", "1", "--round-budget", "auto"),
     "budgeted-overlapped": ("--overlap", "delayed", "--fragments", "1", "--round-budget", "auto"),
+    # each Delta right after its Result (a round trip less); results sent ahead of their
+    # Assignment, two rounds in flight (--overlap ahead, which pushes deltas)
+    "blocking-pushed": ("--overlap", "none", "--fragments", "1", "--deltas", "pushed"),
+    "ahead": ("--overlap", "ahead", "--fragments", "1"),
+    "budgeted-pushed": (
+        *("--overlap", "none", "--fragments", "1", "--round-budget", "auto"),
+        *("--deltas", "pushed"),
+    ),
+    "budgeted-ahead": ("--overlap", "ahead", "--fragments", "1", "--round-budget", "auto"),
+    **{f"ahead-stream{p}": ("--overlap", "ahead", "--fragments", str(p)) for p in (2, 4)},
+    **{
+        f"budgeted-ahead-stream{p}": (
+            *("--overlap", "ahead", "--fragments", str(p), "--round-budget", "auto"),
+        )
+        for p in (2, 4)
+    },
 }
 
 
@@ -75,7 +91,8 @@ def parse_args(argv: list[str]) -> tuple[argparse.Namespace, list[str]]:
         choices=sorted(VARIANTS),
         help="rounds to compare, each run on every scenario and seed: blocking, overlapped "
         "(--overlap delayed), streamP (overlapped with P fragments), budgeted (--round-budget "
-        "auto); as-given (default): only the flags after `--`",
+        "auto), ahead (--overlap ahead), ...-pushed (--deltas pushed); as-given (default): "
+        "only the flags after `--`",
     )
     parser.add_argument("--n-layer", type=int, default=1, help="model size (tiny by default)")
     parser.add_argument("--n-head", type=int, default=2)
