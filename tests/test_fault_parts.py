@@ -364,7 +364,7 @@ def test_a_rounds_inner_state_is_written_beside_what_follows(tmp_path, monkeypat
         if writers:
             break
         time.sleep(0.01)
-    assert writers[0].startswith("inner-state") and store.newest_round("run") is None
+    assert writers == ["inner-state"] and store.newest_round("run") is None
 
     inner.after_round = None  # round 1 asked again: its state comes from the store
     restoring = threading.Thread(target=inner.prepare, args=(1,))

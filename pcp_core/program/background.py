@@ -8,6 +8,7 @@ write it started (`checkpoint.save` keeps the earlier checkpoints until the new 
 whole).
 """
 
+import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 
@@ -22,8 +23,12 @@ class OneInFlight:
         """Run `job` on the thread, once the job before it has finished."""
         self.wait()
         if self._thread is None:
-            self._thread = ThreadPoolExecutor(1, thread_name_prefix=self.name)
+            self._thread = ThreadPoolExecutor(1, initializer=self._named)
         self._job = self._thread.submit(job)
+
+    def _named(self) -> None:
+        """The thread is called by the job's name, as in logs and profiles."""
+        threading.current_thread().name = self.name
 
     def wait(self) -> None:
         """Wait for the job in flight, if any; raise what it raised."""
