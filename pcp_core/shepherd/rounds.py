@@ -18,11 +18,9 @@
    each is read right after its Result into a buffer of its own, a round trip less.
 
 Under `RunSettings.ahead` a worker may send a round's Result (and Delta) before that
-round's Assignment reaches it, computed from its own parameters: the exchange reads it
-after sending the Assignment, as any other. It counts only if the Assignment continues
-the worker's last accepted round (`Assignment.continues`, for the same round and
-attempt); otherwise it is read, dropped, and the worker's rerun from the Assignment is
-waited for.
+round's Assignment reaches it; the exchange reads it after sending the Assignment. It
+counts only if that Assignment continues the worker's last accepted round (same round
+and attempt); otherwise it is dropped and the worker's rerun is waited for.
 
 A round may move part of the model (`Scope`, DiLoCo's streaming fragments): its
 pseudo-gradients then hold only the parameters it returns, and a worker that took part
@@ -117,7 +115,7 @@ class RoundPlan:
     codec: Codec | None = None  # pseudo-gradients come encoded (None: float32 as it is)
     # how much an accepted result counts in the round's mean (a positive integer)
     weigh: Callable[[Result], int] = lambda result: 1
-    pushed: bool = False  # each Delta follows its Result unasked (RunSettings.push_deltas)
+    pushed: bool = False  # each Delta follows its Result unasked (RunSettings.pushes)
 
 
 @dataclass

@@ -225,7 +225,7 @@ class Shepherd:
                 dict(excluded or {}),
                 on_the_wire(self.admission.settings.codec),
                 weigh,
-                self.admission.settings.push_deltas or self.admission.settings.ahead > 0,
+                self.admission.settings.pushes,
             )
             total = RunningSum(self._sums)
             outcome = run_attempt(plan, links, total, self._staging, bound)

@@ -118,6 +118,12 @@ class RunSettings:
     # has, before their own Assignments arrive (pcp_core.worker.overlap); 0: none
     ahead: int = 0
 
+    @property
+    def pushes(self) -> bool:
+        """Whether Deltas follow their Results unasked: asked for, or needed by results
+        sent ahead (a Fetch could be answered after a later round's Result)."""
+        return self.push_deltas or self.ahead > 0
+
 
 @dataclass(frozen=True)
 class WorkerSettings(RunSettings):

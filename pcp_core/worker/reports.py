@@ -3,7 +3,7 @@
 Result (losses, the pseudo-gradient's norm, where its time went); the shepherd answers
 with a Fetch, answered with the Delta, or a Discard (also after the Delta, when its
 tensors failed the shepherd's checks). Where the run pushes deltas
-(`RunSettings.push_deltas`, or `ahead`) the Delta follows the Result at once and a
+(`RunSettings.pushes`) the Delta follows the Result at once and a
 Discard is the only answer; with rounds reported ahead, several rounds may await one.
 
 Under a codec other than f32 (`RunSettings.codec`) the pseudo-gradient is encoded when
@@ -38,7 +38,7 @@ class Reports:
         codec = on_the_wire(settings.codec)
         self.feedback = None if codec is None else Feedback(codec)
         inner.session.downlink.codec = on_the_wire(settings.codec_down)
-        self.push = settings.push_deltas or settings.ahead > 0
+        self.push = settings.pushes
         self.kept = settings.ahead + 1  # the rounds reported ahead, and the one before
         # sent, not yet settled, by (round, attempt): the tensors its Delta carries (none
         # once pushed); the newest `kept`

@@ -148,7 +148,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
             )
         },
         overlap=diloco.overlap != "none",
-        push_deltas=diloco.deltas == "pushed" or diloco.overlap == "ahead",
+        push_deltas=diloco.deltas == "pushed",  # and under ahead (RunSettings.pushes)
         ahead=diloco.ahead_rounds if diloco.overlap == "ahead" else 0,
         codec=diloco.codec,
         codec_down=diloco.codec_down,

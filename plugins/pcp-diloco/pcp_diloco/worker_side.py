@@ -61,8 +61,8 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
         came = False
         while (arrived := session.arrived(wait)) is not None:
             take_in(session, told, arrived.tensors, fold=True)
-            if arrived.round != assignment.round:  # the one of a round reported ahead:
-                budget_s = budget_s if came else arrived.budget_s  # the newest there is
+            if arrived.round != assignment.round:  # a round's reported ahead, come first:
+                budget_s = arrived.budget_s  # the newest budget there is
                 continue
             came, budget_s = True, arrived.budget_s
             if budget_s > 0:  # the speculative round guessed the schedule's place

@@ -1,6 +1,7 @@
 """Overlapped rounds (`--overlap delayed`): the next round starts while the last one's
 result travels, and the new global parameters are folded in when they arrive; with
-`--overlap ahead` a round that ends first is reported before its Assignment."""
+`--overlap ahead` a round that ends first is reported before its Assignment; with
+`--deltas pushed` each pseudo-gradient follows its Result unasked."""
 
 import json
 from pathlib import Path
@@ -24,7 +25,13 @@ def test_the_predicted_round_is_the_next_one_on_the_next_shard_without_tensors()
     assert predicted(Assignment(4, 50, 2, 3, 7, schedule_step=230)).schedule_step == 280
 
 
-def train(out: Path, overlap: str, inner_steps: int = 30, steps_per_call: int = 10) -> dict:
+def train(
+    out: Path,
+    overlap: str,
+    inner_steps: int = 30,
+    steps_per_call: int = 10,
+    deltas: str = "fetched",
+) -> dict:
     config = RunConfig(
         algorithm="diloco",
         steps=120,
@@ -32,7 +39,7 @@ def train(out: Path, overlap: str, inner_steps: int = 30, steps_per_call: int = 
         out=out,
         steps_per_call=steps_per_call,
         plugins={
-            "diloco": {"inner_steps": inner_steps, "overlap": overlap},
+            "diloco": {"inner_steps": inner_steps, "overlap": overlap, "deltas": deltas},
             "shepherd": {"workers": 2},
         },
         **MODEL,
@@ -65,3 +72,21 @@ def test_rounds_reported_ahead_of_their_assignment_count_and_train(tmp_path: Pat
     assert len(rounds) == 12 and all(r["workers"] == 2 for r in rounds)
     assert sum(r["ahead"] for r in rounds) > 0, [r["ahead"] for r in rounds]
     assert summary["final_val_loss"] < 0.8 * summary["unigram_entropy"]
+
+
+@pytest.mark.slow
+def test_pushed_deltas_train_exactly_as_fetched_ones(tmp_path: Path) -> None:
+    # the same pseudo-gradients, summed in float64: the same seed ends at the same loss
+    fetched = train(tmp_path / "fetched", "none")
+    pushed = train(tmp_path / "pushed", "none", deltas="pushed")
+    assert pushed["final_val_loss"] == fetched["final_val_loss"]
+
+    def rounds(run: str) -> list[dict]:
+        lines = (tmp_path / run / "metrics.jsonl").open()
+        return [r for r in map(json.loads, lines) if "round" in r]
+
+    assert all(r["workers"] == 2 for r in rounds("pushed"))
+    # and they were pushed: the shepherd sent no Fetch, less each round than fetching
+    pairs = zip(rounds("pushed"), rounds("fetched"), strict=True)
+    sent = [(p["bytes_sent"], f["bytes_sent"]) for p, f in pairs]
+    assert len(sent) == 4 and all(p < f for p, f in sent), sent
