@@ -21,6 +21,7 @@ is in. The tokenizer is a byte-level BPE trained on the text, its vocabulary pad
 """
 
 import argparse
+import itertools
 import json
 import os
 import subprocess
@@ -79,6 +80,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     tokens_per_s = (last["tokens"] - first["tokens"]) / loop_s
     summary = json.loads((out / "summary.json").read_text())
     evaluations = [r["step"] for r in records[:-1] if "val_loss" in r]
+    # the time between records: a call alone, or a call and what followed it (evaluation,
+    # checkpoint); what the evaluations cost is the total above the calls' median
+    gaps = [b["elapsed_s"] - a["elapsed_s"] for a, b in itertools.pairwise(records)]
+    median_gap = sorted(gaps)[len(gaps) // 2]
+    extra_s = loop_s - median_gap * len(gaps)
     return {
         "label": args.label,
         "command": "pcp " + " ".join(command[3:]),
@@ -94,6 +100,9 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "wall_s": round(wall_s, 1),
         "final_loss": last["loss"],
         "final_val_loss": summary.get("final_val_loss"),
+        "median_call_ms": round(1000 * median_gap, 2),
+        "extra_ms_per_evaluation": round(1000 * extra_s / max(len(evaluations), 1), 1),
+        "record_gaps_ms": [round(1000 * g, 1) for g in gaps],
     }
 
 
