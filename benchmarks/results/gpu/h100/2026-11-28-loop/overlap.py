@@ -32,7 +32,7 @@ import numpy as np
 
 from pcp_core.program.checkpoint import save
 
-CALLS, SNAPSHOT_AT = 40, 5
+CALLS, SNAPSHOT_AT = 60, 5
 
 
 def gpt2_small_shapes() -> list[tuple[int, ...]]:
@@ -45,7 +45,8 @@ def gpt2_small_shapes() -> list[tuple[int, ...]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--ways", nargs="*", default=["none", "asarray", "async", "pinned"])
+    ways = ["none", "asarray", "async", "pinned", "asarray-read", "async-read", "write"]
+    parser.add_argument("--ways", nargs="*", default=ways)
     parser.add_argument("--out", type=Path)
     parser.add_argument("--matmuls", type=int, default=26)
     parser.add_argument("--size", type=int, default=8192, help="of the square matrices")
