@@ -306,14 +306,8 @@ class XlaExecutor:
     def params_snapshot(self) -> list[Any]:
         """A copy of the parameters made on the device, which the next call's donation
         leaves alone: an evaluation on this device takes it as it is, and a checkpoint
-        reads it to the host (`np.asarray`) while training goes on. Those reads start
-        now, on the device's copy engine beside the evaluation, so the checkpoint's
-        thread finds the bytes on the host instead of transferring 500 MB (GPT-2 small)
-        while the loop waits for its next call's losses."""
-        snapshot = [a.copy() for a in self._params or ()]
-        for array in snapshot:
-            array.copy_to_host_async()
-        return snapshot
+        reads it to the host (`np.asarray`) while training goes on."""
+        return [a.copy() for a in self._params or ()]
 
     def opt_state(self) -> list[np.ndarray]:
         """Host copies: a worker writes them to disk while the next call runs, and on

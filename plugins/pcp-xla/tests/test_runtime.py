@@ -129,27 +129,3 @@ def test_a_params_snapshot_outlives_the_next_call_and_feeds_another_executor() -
     assert all(not a.is_deleted() for a in snapshot)
     with pytest.raises(ValueError, match="expected"):
         other.set_params(snapshot[:-1])
-
-
-def test_a_params_snapshot_starts_its_reads_to_the_host(monkeypatch: pytest.MonkeyPatch) -> None:
-    """So a checkpoint's thread finds the bytes on the host, not on the device."""
-    import jax.numpy as jnp
-
-    _, config, program = reference()
-    artifact = XLA.build(program, BACKEND, PLATFORM)
-    executor = XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
-    params = initial_params(config)
-    executor.set_params(params)
-    array_type = type(jnp.zeros(1))
-    started: list[int] = []
-    copy_to_host_async = array_type.copy_to_host_async
-
-    def spy(array: Any) -> None:
-        started.append(id(array))
-        copy_to_host_async(array)
-
-    monkeypatch.setattr(array_type, "copy_to_host_async", spy)
-    snapshot = executor.params_snapshot()
-    assert sorted(started) == sorted(id(a) for a in snapshot)
-    for kept, host in zip(snapshot, params, strict=True):
-        np.testing.assert_array_equal(np.asarray(kept), host)
