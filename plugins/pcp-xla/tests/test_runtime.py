@@ -1,5 +1,9 @@
 """The join check and the state check of the XLA runtime, each shown refusing."""
 
+import json
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -7,6 +11,7 @@ import pytest
 from pcp_xla import BACKEND
 from pcp_xla.runtime import XLA, XlaExecutor, _exported_versions
 
+from pcp_core.program import checkpoint
 from pcp_core.testing.reference import BATCH, STEPS_PER_CALL, initial_params, reference
 
 PLATFORM = BACKEND.resolve_arch()  # this machine's: cpu here, cuda on an NVIDIA GPU
@@ -116,6 +121,7 @@ def test_a_params_snapshot_outlives_the_next_call_and_feeds_another_executor() -
     block = config["block_size"]
     executor.run(*corpus.batches("train", STEPS_PER_CALL, BATCH, block, (0, 0)))
     snapshot = executor.params_snapshot()
+    assert all(a.sharding.memory_kind == "pinned_host" for a in snapshot)  # on cpu and cuda
     expected = executor.params()
     executor.run(*corpus.batches("train", STEPS_PER_CALL, BATCH, block, (0, 1)))  # donates
     for kept, host in zip(snapshot, expected, strict=True):
@@ -129,3 +135,20 @@ def test_a_params_snapshot_outlives_the_next_call_and_feeds_another_executor() -
     assert all(not a.is_deleted() for a in snapshot)
     with pytest.raises(ValueError, match="expected"):
         other.set_params(snapshot[:-1])
+
+
+def test_pcp_train_evaluates_and_checkpoints_from_snapshots(tmp_path: Path) -> None:
+    """The local loop on this backend: one evaluation before the first step (its copies
+    set up there), then the snapshots at each evaluation feed the eval and the checkpoint."""
+    out = tmp_path / "run"
+    tiny = ["--n-layer", "1", "--n-head", "2", "--n-embd", "32", "--block-size", "32"]
+    command = [sys.executable, "-m", "pcp_core", "train", "--backend", "xla", "--steps", "60"]
+    command += ["--eval-every", "30", "--out", str(out), *tiny]
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "evaluated before training" in result.stderr
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in records if "val_loss" in r] == [30, 60]
+    params, metadata = checkpoint.load(out / "checkpoint.safetensors")
+    assert metadata["step"] == "60" and params["wte"].shape[1] == 32
+    assert json.loads((out / "summary.json").read_text())["checkpoint_error"] is None
