@@ -14,6 +14,12 @@ loss, its ratio to the baseline's, the bytes sent, and the mean ratio of each ce
     python benchmarks/diloco_quality.py                   # every corpus, both sizes, 3 seeds
     python benchmarks/diloco_quality.py --corpora shakespeare --models tiny --seeds 0
     python benchmarks/diloco_quality.py --variant old="--outer-lr 0.7 --outer-momentum 0.9"
+    python benchmarks/diloco_quality.py --models tiny --workers 8 16     # many workers
+    python benchmarks/diloco_quality.py --corpus mine=/elsewhere/text.txt --corpora mine
+
+Eight and sixteen workers run the tiny model only on 2 cores (`--workers 8 16 --models
+tiny`: 17 processes a run, 30-50 s each). `--corpus NAME=PATH` adds a text of your own,
+kept outside the project, to check defaults on a corpus they were not tuned on.
 
 A `--variant NAME=FLAGS` adds DiLoCo runs with those flags on top of the defaults
 (for ablations); the baseline ignores them. The corpora:
@@ -85,6 +91,17 @@ def corpora(folder: Path) -> dict[str, Path | None]:
     return found
 
 
+def extra_corpora(items: list[str]) -> dict[str, Path | None]:
+    """The corpora of --corpus NAME=PATH, each checked to be a file."""
+    found: dict[str, Path | None] = {}
+    for item in items:
+        name, _, path = item.partition("=")
+        if not name or not Path(path).is_file():
+            sys.exit(f"--corpus {item!r}: expected NAME=PATH of a text file")
+        found[name] = Path(path)
+    return found
+
+
 def train(data: Path | None, model: list[str], steps: int, flags: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as out:
         command = [
@@ -118,6 +135,17 @@ def main() -> None:
     )
     parser.add_argument("--variant", action="append", default=[], help="NAME=FLAGS")
     parser.add_argument(
+        "--workers", type=int, nargs="+", default=list(WORKERS), help="the M of the DiLoCo runs"
+    )
+    parser.add_argument(
+        "--corpus",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="a corpus of your own (a text file, kept outside the project), run after the "
+        "built-in ones; with --corpora, name it there too",
+    )
+    parser.add_argument(
         "--seeds",
         type=int,
         nargs="+",
@@ -133,7 +161,7 @@ def main() -> None:
 
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        found = corpora(Path(folder))
+        found = corpora(Path(folder)) | extra_corpora(args.corpus)
         for corpus, data in found.items():
             if args.corpora and corpus not in args.corpora:
                 continue
@@ -160,7 +188,7 @@ def run_cell(
     rows.append({**cell, "run": "synchronous", "workers": 1, **baseline, "ratio": 1.0})
     write(rows, args)
     for name, flags in variants.items():
-        for workers in WORKERS:
+        for workers in args.workers:
             diloco = [
                 "--algorithm", "diloco", "--workers", str(workers),
                 "--batch-size", str(BATCH // workers),

@@ -9,19 +9,24 @@ from pcp_core.settings import setting
 
 # Named exponents of --inner-lr-scaling (see DilocoSettings.inner_lr_scaling).
 INNER_LR_SCALINGS = {"sqrt": 0.5, "none": 0.0}
-SCALING_WRONG = "must be sqrt, none or an exponent from 0 to 1"
+SCALING_WRONG = "must be auto, sqrt, none or an exponent from 0 to 1"
+# `auto`: M^0.75 up to this many workers, their factor (2.83) beyond
+AUTO_SCALING_UP_TO = 4
 
 
-def lr_exponent(scaling: str) -> float | None:
-    """p of --inner-lr-scaling (the workers' lr is --lr times M^p): a named one or a
-    number from 0 to 1; None for anything else."""
-    if scaling in INNER_LR_SCALINGS:
-        return INNER_LR_SCALINGS[scaling]
-    try:
-        exponent = float(scaling)
-    except ValueError:
-        return None
-    return exponent if 0 <= exponent <= 1 else None
+def lr_scale(scaling: str, workers: int) -> float | None:
+    """What --inner-lr-scaling multiplies --lr and --min-lr by for M = `workers`: M^p for
+    a named exponent or a number p from 0 to 1, or `auto`'s M^0.75 capped at four
+    workers' 2.83; None for anything else."""
+    if scaling == "auto":
+        return min(workers, AUTO_SCALING_UP_TO) ** 0.75
+    exponent = INNER_LR_SCALINGS.get(scaling)
+    if exponent is None:
+        try:
+            exponent = float(scaling)
+        except ValueError:
+            return None
+    return workers**exponent if 0 <= exponent <= 1 else None
 
 
 @dataclass(frozen=True)
@@ -53,14 +58,19 @@ class DilocoSettings:
     # larger lr stalled four workers on two of four corpora (+20% and +37%). M^0.75 beat
     # √M in 17 of 20 runs (5 corpora and models, M = 2 and 4, seeds 0 and 1); its worst
     # was +3.0% (village, four workers, seed 1), √M's +4.1% and +3.4% (perl docs and the
-    # small model, four workers): benchmarks/results/diloco_trials_2026-11-24c.md.
+    # small model, four workers): benchmarks/results/diloco_trials_2026-11-24c.md. Past
+    # four workers (a batch of 32/M = 4 or 2 a worker) a larger factor lost: at M = 8
+    # 8^0.75 (4.76) against 8^0.5 (2.83) +5.0/+5.6/+8.5% against +4.7/+4.0/+8.0%
+    # (shakespeare, python, man pages seeds 0-2), at M = 16 +18.4% against +14.3% (4.0)
+    # and +10.4% (2.0): benchmarks/results/diloco_trials_2026-11-28.md.
     inner_lr_scaling: str = setting(
-        "0.75",
+        "auto",
         "the workers' inner learning rate is --lr and --min-lr (those of training "
-        "the same tokens a step on one machine) times M^p, M the number of workers: p a "
-        "number from 0 to 1, `sqrt` (0.5) or `none` (0: the lr as given, e.g. one tuned "
-        "for the workers).",
-        check=lambda value: None if lr_exponent(value) is not None else SCALING_WRONG,
+        "the same tokens a step on one machine) times a factor of M, the number of "
+        "workers: auto (M^0.75 up to four workers, 4^0.75 = 2.83 from there), an "
+        "exponent p from 0 to 1 (M^p), `sqrt` (0.5) or `none` (0: the lr as given, e.g. "
+        "one tuned for the workers).",
+        check=lambda value: None if lr_scale(value, 1) is not None else SCALING_WRONG,
     )
     inner_warmup_rounds: int = setting(
         8,

@@ -35,7 +35,7 @@ from pcp_diloco.outer_steps import (
     guarded_round,
     split_fragments,
 )
-from pcp_diloco.settings import DilocoSettings, DilocoWorkerSettings, lr_exponent
+from pcp_diloco.settings import DilocoSettings, DilocoWorkerSettings, lr_scale
 
 log = structlog.get_logger(__name__)
 
@@ -62,10 +62,10 @@ def plan(config: RunConfig) -> tuple[RunConfig, int]:
 
 
 def inner_lr_scale(config: RunConfig) -> float:
-    """What the workers' inner learning rates are --lr and --min-lr multiplied by: M^p
-    for M workers and p of `--inner-lr-scaling`."""
+    """What the workers' inner learning rates are --lr and --min-lr multiplied by, for M
+    workers under `--inner-lr-scaling` (pcp_diloco.settings.lr_scale)."""
     diloco: DilocoSettings = config.settings("diloco")
-    return config.shepherd.workers ** (lr_exponent(diloco.inner_lr_scaling) or 0.0)
+    return lr_scale(diloco.inner_lr_scaling, config.shepherd.workers) or 1.0
 
 
 def inner_warmup_steps(config: RunConfig) -> int:

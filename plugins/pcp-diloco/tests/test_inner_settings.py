@@ -1,5 +1,6 @@
 """The workers' inner optimizer settings that DiLoCo's plan derives from the run's flags:
-`--inner-lr-scaling` (default 0.75) multiplies --lr and --min-lr by M^0.75, and
+`--inner-lr-scaling` (default auto) multiplies --lr and --min-lr by M^0.75 up to four
+workers and by 4^0.75 beyond, and
 `--inner-warmup-rounds` (default 8) lengthens the warm-up; nothing else changes. And the
 inner state a worker zeroes at each round's start: `--inner-momentum reset` (default)
 names AdamW's first moments."""
@@ -25,11 +26,15 @@ def workers_inner(flags: dict) -> InnerSettings:
     return training.inner_settings(planned)
 
 
-@pytest.mark.parametrize("workers", [1, 2, 4, 8])
-def test_the_scaling_multiplies_lr_and_min_lr_by_a_power_of_the_workers(workers: int) -> None:
+@pytest.mark.parametrize(("workers", "auto"), [(1, 1.0), (2, 2**0.75), (4, 2**1.5), (8, 2**1.5)])
+def test_the_scaling_multiplies_lr_and_min_lr_by_a_power_of_the_workers(
+    workers: int, auto: float
+) -> None:
     inner = workers_inner({"workers": workers})
-    assert inner.lr == pytest.approx(3e-3 * workers**0.75)
-    assert inner.min_lr == pytest.approx(3e-4 * workers**0.75)  # a tenth of lr, scaled
+    assert inner.lr == pytest.approx(3e-3 * auto)  # M^0.75, at most four workers' factor
+    assert inner.min_lr == pytest.approx(3e-4 * auto)  # a tenth of lr, scaled
+    power = workers_inner({"workers": workers, "inner_lr_scaling": "0.75"})
+    assert power.lr == pytest.approx(3e-3 * workers**0.75)  # a number: M^p for every M
     root = workers_inner({"workers": workers, "inner_lr_scaling": "sqrt"})
     assert root.lr == pytest.approx(3e-3 * math.sqrt(workers))
     assert workers_inner({"workers": workers, "inner_lr_scaling": "0.5"}) == root
@@ -86,7 +91,7 @@ def test_the_momentum_a_worker_zeroes_is_adamws_first_moment() -> None:
     assert momentum_to_reset(kept, plugins.host(), setup.program) == []
 
 
-SCALING_MESSAGE = "diloco.inner_lr_scaling must be sqrt, none or an exponent from 0 to 1: "
+SCALING_MESSAGE = "diloco.inner_lr_scaling must be auto, sqrt, none or an exponent from 0 to 1: "
 
 
 @pytest.mark.parametrize(
