@@ -59,10 +59,10 @@ class DilocoSettings:
     # √M in 17 of 20 runs (5 corpora and models, M = 2 and 4, seeds 0 and 1); its worst
     # was +3.0% (village, four workers, seed 1), √M's +4.1% and +3.4% (perl docs and the
     # small model, four workers): benchmarks/results/diloco_trials_2026-11-24c.md. Past
-    # four workers (a batch of 32/M = 4 or 2 a worker) a larger factor lost: at M = 8
-    # 8^0.75 (4.76) against 8^0.5 (2.83) +5.0/+5.6/+8.5% against +4.7/+4.0/+8.0%
-    # (shakespeare, python, man pages seeds 0-2), at M = 16 +18.4% against +14.3% (4.0)
-    # and +10.4% (2.0): benchmarks/results/diloco_trials_2026-11-28.md.
+    # four workers (a batch of 4 or 2 a worker) a larger factor lost: with eight, 8^0.5
+    # (2.83) against 8^0.75 (4.76) +9.0% against +9.5% on average over seven runs
+    # (tinyshakespeare and python seed 0, man pages 0-4), better in six; with sixteen, 2.83
+    # +12.0/+14.8% against 16^0.75's +18.4/+20.2% (benchmarks/results/diloco_trials_2026-11-28.md).
     inner_lr_scaling: str = setting(
         "auto",
         "the workers' inner learning rate is --lr and --min-lr (those of training "
