@@ -91,13 +91,16 @@ def corpora(folder: Path) -> dict[str, Path | None]:
     return found
 
 
-def extra_corpora(items: list[str]) -> dict[str, Path | None]:
-    """The corpora of --corpus NAME=PATH, each checked to be a file."""
+def extra_corpora(items: list[str], builtin: dict[str, Path | None]) -> dict[str, Path | None]:
+    """The corpora of --corpus NAME=PATH, each checked to be a file under a name of its
+    own (one that shadowed a built-in corpus would mix two texts in one table)."""
     found: dict[str, Path | None] = {}
     for item in items:
         name, _, path = item.partition("=")
         if not name or not Path(path).is_file():
             sys.exit(f"--corpus {item!r}: expected NAME=PATH of a text file")
+        if name in builtin or name in found:
+            sys.exit(f"--corpus {item!r}: {name!r} names another corpus already")
         found[name] = Path(path)
     return found
 
@@ -161,7 +164,8 @@ def main() -> None:
 
     rows = []
     with tempfile.TemporaryDirectory() as folder:
-        found = corpora(Path(folder)) | extra_corpora(args.corpus)
+        builtin = corpora(Path(folder))
+        found = builtin | extra_corpora(args.corpus, builtin)
         for corpus, data in found.items():
             if args.corpora and corpus not in args.corpora:
                 continue
