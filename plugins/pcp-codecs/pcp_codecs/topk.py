@@ -10,9 +10,9 @@ never zeros. Finding the exact k-th magnitude of a large tensor is a partition o
 it, several times slower than the rest of the encoding.
 
 The fraction, half of each tensor, comes from `benchmarks/diloco_quality.py`
-(docs/codecs.md): against float32 rounds, 20-round runs lost 36-51% at 1% and up to 3% at
-30%, and came within 2% from 40% up; DeMo's and SparseLoCo's few percent pay off over
-thousands of rounds, not tens.
+(docs/codecs.md): against float32 rounds, 20-round runs lost 36-51% at 1%, up to 3.2% at
+30% and 2.1% at 40%, and stayed within 2% at half; DeMo's and SparseLoCo's few percent
+pay off over thousands of rounds, not tens.
 """
 
 import numpy as np
