@@ -324,7 +324,8 @@ def free_port() -> int:
 def worker_iree_cpu(session: nox.Session) -> None:
     """An IREE worker installed as the README says, without jax or the IREE compiler
     (requirements-worker.txt), trains a DiLoCo run for a shepherd from env-cpu."""
-    worker = [str(PACKAGES[n]) for n in ("pcp-cpu", "pcp-nesterov", "pcp-capnp-tcp", "pcp-diloco")]
+    plugins = ("pcp-cpu", "pcp-nesterov", "pcp-capnp-tcp", "pcp-diloco", "pcp-codecs")
+    worker = [str(PACKAGES[n]) for n in plugins]
     session.install("--no-deps", str(ROOT), *worker)
     session.install("-r", str(ROOT / "requirements-worker.txt"))
     session.chdir(tempfile.mkdtemp())

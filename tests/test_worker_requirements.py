@@ -5,7 +5,7 @@ import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-WORKER_PLUGINS = ["pcp-cpu", "pcp-nesterov", "pcp-capnp-tcp", "pcp-diloco"]
+WORKER_PLUGINS = ["pcp-cpu", "pcp-nesterov", "pcp-capnp-tcp", "pcp-diloco", "pcp-codecs"]
 LEFT_OUT = {"jax", "jaxlib", "optax", "iree-base-compiler"}
 
 

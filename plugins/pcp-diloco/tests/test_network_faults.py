@@ -28,6 +28,7 @@ def start_run(
     token_file: Path,
     out: Path,
     timeout: str = TIMEOUT,
+    flags: tuple[str, ...] = (),
 ) -> None:
     """A shepherd on host 1 and a supervised worker on each other host; returns once
     a round with every worker has finished."""
@@ -44,7 +45,7 @@ def start_run(
                 *("--backend", "cpu", "--workers", str(len(worker_hosts)), "--min-workers", "1"),
                 *("--worker-timeout", timeout, "--token-file", str(token_file)),
                 *("--steps", "1000000", "--inner-steps", "10", "--eval-every", "0"),
-                *("--out", str(out), *tiny),
+                *("--out", str(out), *tiny, *flags),
             ],
         ),
     )
@@ -124,7 +125,9 @@ def test_slow_lossy_link(
     net = network(3)
     out = tmp_path / "run"
     # 5% loss can stall TCP for seconds (retransmit backoff): a realistic timeout
-    start_run(e2e, net, tiny, token_file, out, timeout="15")
+    # float32 both ways: fp4's rounds are too few bytes for 20 Mbit/s to slow them surely
+    f32 = ("--codec", "f32", "--codec-down", "f32")
+    start_run(e2e, net, tiny, token_file, out, timeout="15", flags=f32)
     fast = [r["round_s"] for r in e2e.metrics(out)[-3:]]
     slow_host = net.hosts[2]
     net.throttle(slow_host, rate_mbit=20)
