@@ -30,14 +30,12 @@ class Evaluator:
         self.build, self.backend, self.arch, self.device = build, backend, arch, device
         self._executor: Executor | None = None
 
-    def require_device(self) -> None:
-        """DeviceError now, not at the first evaluation, if the device is not here."""
-        self.backend.runtime.require_device(self.backend, self.device)
-
     def load(self) -> Executor:
         """Build and load the eval program now (the first evaluation does it otherwise):
-        a training loop calls this before its first step, so no compile lands inside it."""
+        a training loop calls this before its first step, so no compile lands inside it.
+        A DeviceError comes before the build if the device is not here."""
         if self._executor is None:
+            self.backend.runtime.require_device(self.backend, self.device)
             program, runtime = self.build(), self.backend.runtime
             artifact = runtime.build(program, self.backend, self.arch)
             self._executor = runtime.open(artifact.data, self.backend, program, self.device)

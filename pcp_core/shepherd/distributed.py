@@ -202,7 +202,10 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: RunSettings) -> It
     a slot for what the algorithm's worker side reads).
     """
     config = ctx.config
-    setup.evaluator.require_device()  # validation runs on the shepherd's --backend
+    # validation runs on the shepherd's --backend; its program is built now, before workers
+    # are admitted (they wait in the listen queue), not at the first evaluation, where it
+    # held every worker for 40 s (an xla shepherd on one core of an H200 machine)
+    setup.evaluator.load()
     endpoint = ctx.endpoint or open_endpoint(config, ctx.plugins, ctx.local_workers)
     secret = endpoint.secret or generated_secret(ctx.run_dir, announce=not ctx.local_workers)
     listener = endpoint.listener
