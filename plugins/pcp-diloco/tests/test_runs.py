@@ -72,6 +72,9 @@ def test_three_workers_join_a_shepherd(
         for i in range(3)
     ]
     assert shepherd.wait(300) == 0, shepherd.output()[-4000:]
+    # the evaluation program is built before any worker is admitted, not in a round
+    log = shepherd.err()
+    assert log.index("evaluating on") < log.index("worker joined"), log[-4000:]
     for worker in workers:
         assert worker.wait(30) == 0, worker.output()
         assert "reason=done" in worker.err(), worker.err()
