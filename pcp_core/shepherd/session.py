@@ -100,6 +100,15 @@ class Shepherd:
             self._sender = Downlink(names, codec)
         return self._sender
 
+    def held_parameters(self) -> dict[str, np.ndarray]:
+        """The global parameters as the workers hold them, for a checkpoint (empty when
+        they cross as float32: then they are the parameters)."""
+        return self._downlink().state()
+
+    def hold(self, tensors: dict[str, np.ndarray]) -> None:
+        """A resumed run's copy of what the workers held (`held_parameters`)."""
+        self._downlink().load_state(tensors)
+
     def start(self) -> None:
         self.admission.stop_late = self.stop_joined
         self.admission.start()
@@ -215,7 +224,7 @@ class Shepherd:
             plan = RoundPlan(
                 round_index,
                 attempt,
-                self._downlink().outgoing(params, refreshed, changes_wanted=bool(changed)),
+                self._downlink().outgoing(params, refreshed),
                 assignments,
                 changed,
                 everything if scope.returned is None else scope.returned,

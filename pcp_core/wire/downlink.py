@@ -7,9 +7,10 @@ decoded change to their copy: the same float32 additions of the same decoded val
 every worker's copy equals the shepherd's bit for bit (`HeldParameters` on the worker).
 What a codec leaves out of one change is still there in the next one, so the copies do
 not wander from the shepherd's parameters. A worker that does not hold the current copy
-(its first round, a rejoin, a refused or retried round) gets the whole copy in float32;
-a round that sends nobody a change (a retry, after a rolled-back step) starts the copy
-again from the shepherd's parameters.
+(its first round, a rejoin, a refused or retried round) gets the whole copy in float32:
+the copy, changed as the others' is, not the shepherd's parameters, so every worker
+starts a round from the same values. The copy is saved with each checkpoint
+(`Downlink.state`), so a resumed run goes on from the values the workers held.
 
 Encoded changes travel as uint8 tensors; whole values as float32.
 """
@@ -21,6 +22,9 @@ import numpy as np
 from pcp_core.codecs import Codec, CodecError, decode_tensor, encode_tensor
 from pcp_core.wire.messages import Tensor
 from pcp_core.wire.transport import TransportError
+
+# checkpoint tensors of the copy the workers hold, by parameter name
+HELD_PREFIX = "held."
 
 
 @dataclass
@@ -40,14 +44,13 @@ class Downlink:
     codec: Codec | None = None
     held: list[np.ndarray] | None = None
 
-    def outgoing(
-        self, params: list[np.ndarray], refreshed: tuple[int, ...], changes_wanted: bool
-    ) -> Outgoing:
-        """What this round sends; `changes_wanted`: some worker holds the current copy."""
+    def outgoing(self, params: list[np.ndarray], refreshed: tuple[int, ...]) -> Outgoing:
+        """What this round sends: the changes of the `refreshed` parameters, and the whole
+        copy after them for workers that do not hold the last one."""
         if self.codec is None:
             whole = [Tensor(n, p) for n, p in zip(self.names, params, strict=True)]
             return Outgoing(whole, {i: whole[i] for i in refreshed})
-        if self.held is None or not changes_wanted:
+        if self.held is None:  # the run's first round: the copy starts as the parameters
             self.held = [p.astype(np.float32, copy=True) for p in params]
             return Outgoing(self.whole(), {})
         changes = {}
@@ -60,6 +63,18 @@ class Downlink:
     def whole(self) -> list[Tensor]:
         assert self.held is not None
         return [Tensor(n, h) for n, h in zip(self.names, self.held, strict=True)]
+
+    def state(self) -> dict[str, np.ndarray]:
+        """The copy the workers hold, for a checkpoint (nothing under float32 values)."""
+        if self.codec is None or self.held is None:
+            return {}
+        return {HELD_PREFIX + n: h.copy() for n, h in zip(self.names, self.held, strict=True)}
+
+    def load_state(self, tensors: dict[str, np.ndarray]) -> None:
+        """Go on from a checkpoint's copy, where it has one for every parameter."""
+        found = [tensors.get(HELD_PREFIX + name) for name in self.names]
+        if self.codec is not None and all(t is not None for t in found):
+            self.held = [np.array(t, np.float32) for t in found]
 
 
 @dataclass

@@ -25,6 +25,7 @@ from pcp_core.shepherd import distributed
 from pcp_core.shepherd.rounds import Scope
 from pcp_core.shepherd.step_guard import StepGuard
 from pcp_core.shepherd.utilisation import Utilisation
+from pcp_core.wire.downlink import HELD_PREFIX
 from pcp_core.wire.messages import Assignment, RunSettings
 from pcp_diloco.budgets import RoundBudget, weigh_by
 from pcp_diloco.fragments import of_round
@@ -119,9 +120,9 @@ def run(ctx: RunContext) -> dict[str, Any]:
         [[params[i] for i in indices] for indices in fragments],
         lambda part: outer.create(OuterSettings(diloco.outer_lr, diloco.outer_momentum), part),
     )
-    state = RunState(run_id=uuid.uuid4().hex)
+    state, held = RunState(run_id=uuid.uuid4().hex), {}
     if ctx.resume:
-        state = resume(ctx, setup, params, outer_step)
+        state, held = resume(ctx, setup, params, outer_step)
         if not state.goes_on(diloco.round_steps, config.steps):
             raise ConfigError(
                 f"the run in {ctx.run_dir} has finished its {config.steps} steps; "
@@ -160,6 +161,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     status.describe(rounds=planned, model=config.model, parameters=setup.program.parameter_count)
     with distributed.shepherd(ctx, setup, settings) as shepherd:
         status.set_state("waiting for workers", workers=config.shepherd.workers)
+        shepherd.hold(held)  # a resumed run's workers start from the copy they held
         shepherd.wait_for_workers(config.shepherd.workers, config.shepherd.join_timeout)
         utilisation = Utilisation(config.shepherd.workers)
         ctx.progress.start(config.steps, f"diloco on {config.shepherd.workers} workers")
@@ -252,12 +254,15 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 record["val_loss"] = state.val_loss
                 status.set_state("training", round=index)
             if evaluate or state.next_round % config.shepherd.checkpoint_every == 0:
-                outer_state = {name: array.copy() for name, array in outer_step.state().items()}
+                # the outer optimizer's state and the copy the workers hold, copied as the
+                # parameters are: the next round changes them while this one is written
+                extra = {name: array.copy() for name, array in outer_step.state().items()}
+                extra |= shepherd.held_parameters()
                 checkpoints.submit(
                     functools.partial(
                         setup.save_checkpoint,
                         *(ctx.run_dir, [p.copy() for p in params], step),
-                        *(outer_state, state.metadata()),
+                        *(extra, state.metadata()),
                     )
                 )
             record |= utilisation.round(outcome.results)
@@ -314,9 +319,12 @@ class RunState:
         return {"diloco": dataclasses.asdict(self)}
 
 
-def resume(ctx: RunContext, setup: Any, params: list[np.ndarray], outer_step: Any) -> RunState:
+def resume(
+    ctx: RunContext, setup: Any, params: list[np.ndarray], outer_step: Any
+) -> tuple[RunState, dict[str, np.ndarray]]:
     """Load the last intact checkpoint of the run directory into `params` and the outer
-    optimizer; drop the metrics of rounds after it (they are run again)."""
+    optimizer; drop the metrics of rounds after it (they are run again). Returns where
+    the run is and the copy of the parameters the workers held (`Shepherd.hold`)."""
     tensors, metadata = checkpoint.load_latest(ctx.run_dir / "checkpoint.safetensors")
     if "diloco" not in metadata:
         raise checkpoint.CheckpointError(
@@ -325,7 +333,9 @@ def resume(ctx: RunContext, setup: Any, params: list[np.ndarray], outer_step: An
     state = RunState(**json.loads(metadata["diloco"]))
     for name, array in zip(setup.param_names(), params, strict=True):
         array[...] = tensors[name]
-    outer_step.load_state({k: v for k, v in tensors.items() if k not in setup.param_names()})
+    held = {k: v for k, v in tensors.items() if k.startswith(HELD_PREFIX)}
+    names = set(setup.param_names()) | set(held)
+    outer_step.load_state({k: v for k, v in tensors.items() if k not in names})
     ctx.metrics.keep_only(lambda record: record.get("round", -1) < state.next_round)
     log.info("resuming", run_dir=str(ctx.run_dir), round=state.next_round)
-    return state
+    return state, held
