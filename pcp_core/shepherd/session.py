@@ -92,22 +92,14 @@ class Shepherd:
         fetched = {str(i): names for i, names in sorted(admission.shards_fetched.items())}
         return {"shard_bytes": admission.shard_bytes, "shards_fetched": fetched}
 
-    def _downlink(self) -> Downlink:
-        """How global parameters go out (`RunSettings.codec_down`), made once."""
+    def downlink(self) -> Downlink:
+        """How global parameters go out (`RunSettings.codec_down`), made once; its `state`
+        is the copy the workers hold, which a checkpoint keeps."""
         if self._sender is None:
             names = [spec.name for spec in self.admission.setup.program.param_specs]
             codec = on_the_wire(self.admission.settings.codec_down)
             self._sender = Downlink(names, codec)
         return self._sender
-
-    def held_parameters(self) -> dict[str, np.ndarray]:
-        """The global parameters as the workers hold them, for a checkpoint (empty when
-        they cross as float32: then they are the parameters)."""
-        return self._downlink().state()
-
-    def hold(self, tensors: dict[str, np.ndarray]) -> None:
-        """A resumed run's copy of what the workers held (`held_parameters`)."""
-        self._downlink().load_state(tensors)
 
     def start(self) -> None:
         self.admission.stop_late = self.stop_joined
@@ -224,7 +216,7 @@ class Shepherd:
             plan = RoundPlan(
                 round_index,
                 attempt,
-                self._downlink().outgoing(params, refreshed),
+                self.downlink().outgoing(params, refreshed),
                 assignments,
                 changed,
                 everything if scope.returned is None else scope.returned,

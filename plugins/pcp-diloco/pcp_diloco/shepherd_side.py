@@ -161,7 +161,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     status.describe(rounds=planned, model=config.model, parameters=setup.program.parameter_count)
     with distributed.shepherd(ctx, setup, settings) as shepherd:
         status.set_state("waiting for workers", workers=config.shepherd.workers)
-        shepherd.hold(held)  # a resumed run's workers start from the copy they held
+        shepherd.downlink().load_state(held)  # a resumed run's workers: the copy they held
         shepherd.wait_for_workers(config.shepherd.workers, config.shepherd.join_timeout)
         utilisation = Utilisation(config.shepherd.workers)
         ctx.progress.start(config.steps, f"diloco on {config.shepherd.workers} workers")
@@ -257,7 +257,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 # the outer optimizer's state and the copy the workers hold, copied as the
                 # parameters are: the next round changes them while this one is written
                 extra = {name: array.copy() for name, array in outer_step.state().items()}
-                extra |= shepherd.held_parameters()
+                extra |= shepherd.downlink().state()
                 checkpoints.submit(
                     functools.partial(
                         setup.save_checkpoint,
@@ -324,7 +324,7 @@ def resume(
 ) -> tuple[RunState, dict[str, np.ndarray]]:
     """Load the last intact checkpoint of the run directory into `params` and the outer
     optimizer; drop the metrics of rounds after it (they are run again). Returns where
-    the run is and the copy of the parameters the workers held (`Shepherd.hold`)."""
+    the run is and the copy of the parameters the workers held (`Downlink.load_state`)."""
     tensors, metadata = checkpoint.load_latest(ctx.run_dir / "checkpoint.safetensors")
     if "diloco" not in metadata:
         raise checkpoint.CheckpointError(

@@ -55,6 +55,13 @@ def tiny() -> tuple[str, ...]:
 
 
 @pytest.fixture
+def float32_wire() -> tuple[str, ...]:
+    """Both directions as float32, for tests of float32's arithmetic or byte counts (fp4,
+    the default, is test_codec_rounds's)."""
+    return ("--codec", "f32", "--codec-down", "f32")
+
+
+@pytest.fixture
 def token_file(tmp_path: Path) -> Path:
     path = tmp_path / "token"
     path.write_text("s3cret-for-the-diloco-tests\n")

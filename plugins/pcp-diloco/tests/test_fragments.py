@@ -177,7 +177,7 @@ def test_a_run_of_fragments_moves_a_share_of_the_model_a_round_and_trains(tmp_pa
 
 @pytest.mark.serial  # a supervisor's restart backoff
 def test_a_killed_worker_rejoins_a_run_of_fragments_and_gets_the_whole_model(
-    e2e: Any, tiny: tuple[str, ...], tmp_path: Path
+    e2e: Any, tiny: tuple[str, ...], float32_wire: tuple[str, ...], tmp_path: Path
 ) -> None:
     """SIGKILL one of two overlapped workers of a run with fragments: the shepherd goes
     on with the other, the restarted worker is sent all the parameters (not the fragment
@@ -188,7 +188,7 @@ def test_a_killed_worker_rejoins_a_run_of_fragments_and_gets_the_whole_model(
         "train",
         *("--algorithm", "diloco", "--backend", "cpu", "--workers", "2", "--out", str(out)),
         *("--steps", "960", "--inner-steps", "12", "--fragments", "3", "--overlap", "delayed"),
-        *("--codec", "f32", "--codec-down", "f32"),  # float32: a fragment is a third of the bytes
+        *float32_wire,  # a fragment is then a third of the bytes
         *("--eval-every", "0", *tiny),
     )
     e2e.wait_for(

@@ -116,7 +116,12 @@ def test_cut_and_partition(
 
 @pytest.mark.alone  # compares round times before and after the throttle
 def test_slow_lossy_link(
-    e2e: Any, network: Any, tiny: tuple[str, ...], token_file: Path, tmp_path: Path
+    e2e: Any,
+    network: Any,
+    tiny: tuple[str, ...],
+    float32_wire: tuple[str, ...],
+    token_file: Path,
+    tmp_path: Path,
 ) -> None:
     """One worker's link throttled to 20 Mbit/s with 5% of its packets dropped: its
     rounds take longer, nobody is declared dead, and it stays in every round."""
@@ -126,8 +131,7 @@ def test_slow_lossy_link(
     out = tmp_path / "run"
     # 5% loss can stall TCP for seconds (retransmit backoff): a realistic timeout
     # float32 both ways: fp4's rounds are too few bytes for 20 Mbit/s to slow them surely
-    f32 = ("--codec", "f32", "--codec-down", "f32")
-    start_run(e2e, net, tiny, token_file, out, timeout="15", flags=f32)
+    start_run(e2e, net, tiny, token_file, out, timeout="15", flags=float32_wire)
     fast = [r["round_s"] for r in e2e.metrics(out)[-3:]]
     slow_host = net.hosts[2]
     net.throttle(slow_host, rate_mbit=20)

@@ -7,8 +7,6 @@ from typing import Any
 from safetensors.numpy import load_file
 
 RUN = ("--backend", "cpu", "--steps", "60", "--inner-steps", "10")  # 6 rounds of H = 10
-# float32 both ways, so that every round moves exactly the model (fp4 is test_codec_rounds's)
-F32 = ("--codec", "f32", "--codec-down", "f32")
 
 
 def check_wire_bytes(summary: dict[str, Any], workers: int) -> None:
@@ -18,11 +16,13 @@ def check_wire_bytes(summary: dict[str, Any], workers: int) -> None:
         assert expected <= summary[key] <= 1.02 * expected, (key, summary[key], expected)
 
 
-def test_two_workers_one_command(e2e: Any, tiny: tuple[str, ...], tmp_path: Path) -> None:
+def test_two_workers_one_command(
+    e2e: Any, tiny: tuple[str, ...], float32_wire: tuple[str, ...], tmp_path: Path
+) -> None:
     """Two supervised local workers train, stop cleanly, and leave no process behind."""
     out = tmp_path / "run"
     args = ("--algorithm", "diloco", "--workers", "2", "--eval-every", "20", "--out", str(out))
-    run = e2e.run_pcp("train", "train", *RUN, *F32, *args, *tiny)
+    run = e2e.run_pcp("train", "train", *RUN, *float32_wire, *args, *tiny)
     assert run.process.returncode == 0, run.output()[-4000:]
     port = e2e.listening_port(run)
     assert port is not None, run.err()
@@ -55,13 +55,17 @@ def test_two_workers_one_command(e2e: Any, tiny: tuple[str, ...], tmp_path: Path
 
 
 def test_three_workers_join_a_shepherd(
-    e2e: Any, tiny: tuple[str, ...], token_file: Path, tmp_path: Path
+    e2e: Any,
+    tiny: tuple[str, ...],
+    float32_wire: tuple[str, ...],
+    token_file: Path,
+    tmp_path: Path,
 ) -> None:
     """`pcp shepherd` waits for three separately started `pcp worker`s; all take part."""
     out = tmp_path / "run"
     shepherd, address = e2e.shepherd(
         *RUN,
-        *F32,
+        *float32_wire,  # every round then moves exactly the model
         *("--workers", "3", "--token-file", str(token_file)),
         *("--eval-every", "0", "--out", str(out)),
         *tiny,
