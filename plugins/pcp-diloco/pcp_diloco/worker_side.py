@@ -27,10 +27,11 @@ survived the fold: on loopback, 2 workers, H = 48, seeds 0-2, overlapped rounds 
 and 0.5%.)"""
 
 import time
+from collections.abc import Callable
 
 import numpy as np
 
-from pcp_core.backends import set_opt_tensors, zero_opt_tensors
+from pcp_core.backends import dispatch, set_opt_tensors, zero_opt_tensors
 from pcp_core.wire.messages import Assignment, Tensor
 from pcp_core.wire.transport import TransportError
 from pcp_core.worker.session import RoundWork, WorkerSession
@@ -51,7 +52,16 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
     steps_per_call = session.settings.steps_per_call
     started, waited = time.perf_counter(), 0.0
     losses: list[float] = []
+    steps_run = 0  # queued on the device; `losses` has those whose call has finished
+    in_flight: Callable[[], np.ndarray] | None = None  # the call the device is computing
     budget_s = assignment.budget_s  # a speculative round's is the last round's
+
+    def settle() -> None:
+        """Wait for the call in flight and keep its losses."""
+        nonlocal in_flight
+        if in_flight is not None:
+            losses.extend(float(v) for v in in_flight())
+            in_flight = None
 
     def fold_in(wait: bool) -> bool:
         """Take in the Assignments that have arrived (`wait`: once the round may end,
@@ -66,7 +76,7 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
                 continue
             came, budget_s = True, arrived.budget_s
             if budget_s > 0:  # the speculative round guessed the schedule's place
-                start_schedule_at(session, told, schedule_position(arrived) + len(losses))
+                start_schedule_at(session, told, schedule_position(arrived) + steps_run)
         return came
 
     for call in range(assignment.most_steps() // steps_per_call):
@@ -74,13 +84,20 @@ def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
             # a speculative round does not end on a guessed budget: it waits for the
             # shepherd's Assignment (unless it may end ahead of it) and goes on if that
             # budget has room
+            settle()
             waiting = time.perf_counter()
             came = fold_in(True)
             waited += time.perf_counter() - waiting
             if not came or spent(budget_s, time.perf_counter() - started - waited, call):
                 break
-        losses.extend(float(v) for v in executor.run(*session.batches(assignment, call)))
+        # the next call is queued before the last one's losses are read, so an
+        # asynchronous device goes from one to the next without waiting for the host
+        queued = dispatch(executor, *session.batches(assignment, call))
+        steps_run += steps_per_call
+        settle()
+        in_flight = queued
         fold_in(False)
+    settle()
     compute_s = time.perf_counter() - started - waited
     fold_in(True)  # a round that ended before its Assignment: waiting for the network
     # is no compute

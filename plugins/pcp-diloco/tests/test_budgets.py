@@ -138,14 +138,38 @@ class TimedSteps:
         return [0.5]
 
 
-def budgeted_session(call_s: float, monkeypatch: pytest.MonkeyPatch) -> WorkerSession:
+class QueuedSteps(TimedSteps):
+    """TimedSteps on an asynchronous device (`dispatch`, as XLA's on a GPU): a call is
+    queued at once and the host's clock moves when it waits for the losses."""
+
+    def __init__(self, clock: list[float], call_s: float) -> None:
+        super().__init__(clock, call_s)
+        self.events: list[tuple[str, int]] = []
+
+    def dispatch(self, inputs: object, targets: object):
+        call = sum(event == "queued" for event, _ in self.events)
+        self.events.append(("queued", call))
+        self._params -= 1
+        self.state[0] += 1
+
+        def wait() -> np.ndarray:
+            self.events.append(("waited", call))
+            self.clock[0] += self.call_s
+            return np.array([0.5])
+
+        return wait
+
+
+def budgeted_session(
+    call_s: float, monkeypatch: pytest.MonkeyPatch, device: type = TimedSteps
+) -> WorkerSession:
     clock = [0.0]
     monkeypatch.setattr(worker_side.time, "perf_counter", lambda: clock[0])
     corpus = SimpleNamespace(batches=lambda *args, **kwargs: (None, None))
     told = {"fragments": 1, "schedule_counters": ["opt.count"]}
     settings = SimpleNamespace(plugins={"diloco": told}, steps_per_call=1, batch_size=1,
                                block_size=1, manifest=None)  # fmt: skip
-    return WorkerSession(0, TimedSteps(clock, call_s), corpus, settings)  # type: ignore[arg-type]
+    return WorkerSession(0, device(clock, call_s), corpus, settings)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize(
@@ -165,6 +189,25 @@ def test_a_budgeted_round_runs_the_calls_that_fit(
     start = 3 * 20 if budget_s > 0 else 0
     assert int(worker.executor.state[0]) == start + steps
     np.testing.assert_array_equal(worker.executor.state[1], 1)  # the rest as it was
+
+
+@pytest.mark.parametrize("budget_s", [0.0, 1.0])
+def test_an_asynchronous_device_has_its_next_call_before_the_host_waits_for_the_last(
+    budget_s: float, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker = budgeted_session(0.1, monkeypatch, QueuedSteps)
+    params = [Tensor("p", np.zeros(2, np.float32))]
+    work = worker_side.worker_round(worker, Assignment(3, 20, 0, 1, 0, params, budget_s=budget_s))
+    steps = len(work.losses)
+    # a budget of 1 s ends within a call of 10 (the one queued while the host measured)
+    assert steps == 20 if budget_s == 0 else steps in (10, 11)
+    np.testing.assert_array_equal(work.tensors[0].array, steps)
+    assert int(worker.executor.state[0]) == (60 if budget_s else 0) + steps
+    events = worker.executor.events
+    assert events[:3] == [("queued", 0), ("queued", 1), ("waited", 0)]
+    for call in range(steps - 1):  # each call waited for after the next one was queued
+        assert events.index(("queued", call + 1)) < events.index(("waited", call))
+    assert events[-1] == ("waited", steps - 1)  # and the last one before the round ends
 
 
 def test_a_budgeted_round_starts_its_schedule_where_the_shepherd_says(

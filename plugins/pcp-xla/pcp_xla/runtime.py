@@ -18,6 +18,7 @@ result a round.
 import functools
 import hashlib
 import re
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -297,6 +298,12 @@ class XlaExecutor:
 
     def run(self, inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
         """K inner steps over [K, batch, block] token stacks; returns the K losses."""
+        return self.dispatch(inputs, targets)()
+
+    def dispatch(self, inputs: np.ndarray, targets: np.ndarray) -> Callable[[], np.ndarray]:
+        """`run` without waiting: the call is queued on the device, and the returned
+        function waits for its losses (`pcp_core.backends.dispatch`). Later calls and
+        folds queue behind it, as they take the state it returns."""
         import jax
 
         if self._params is None or self._opt_state is None:
@@ -305,7 +312,7 @@ class XlaExecutor:
             jax.device_put(np.asarray(b, np.int32), self._batch_placed) for b in (inputs, targets)
         ]
         self._params, self._opt_state, losses = self._step(self._params, self._opt_state, *batch)
-        return np.asarray(losses)
+        return lambda: np.asarray(losses)
 
     def device_state(self) -> list[Any]:
         """The device-resident parameter and optimizer arrays (for inspection)."""
