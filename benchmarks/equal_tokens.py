@@ -27,8 +27,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-# What the reference takes over from the run's config.toml, as `pcp train` flags.
-COPIED = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "steps_per_call", "seed")
+# What the reference takes over from the run's config.toml, as `pcp train` flags: the
+# model, batch and seed, and the codecs (a run's own, not today's defaults).
+COPIED = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "steps_per_call", "seed",
+          "codec", "codec_down")  # fmt: skip
 
 
 def run_config(run_dir: Path) -> dict[str, Any]:
@@ -45,7 +47,7 @@ TRAINED: dict[tuple[Any, ...], float] = {}  # references already trained, by the
 def reference_loss(config: dict[str, Any], workers: int, rounds: int, folder: Path) -> float:
     """The final validation loss of equal-speed DiLoCo for `rounds` rounds of H steps
     (trained once for the runs that share it: variants of one seed)."""
-    key = (workers, rounds, config["inner_steps"], *(config[k] for k in COPIED))
+    key = (workers, rounds, config["inner_steps"], *(config.get(k) for k in COPIED))
     if key not in TRAINED:
         TRAINED[key] = train_reference(config, workers, rounds, folder)
     return TRAINED[key]
@@ -53,7 +55,7 @@ def reference_loss(config: dict[str, Any], workers: int, rounds: int, folder: Pa
 
 def train_reference(config: dict[str, Any], workers: int, rounds: int, folder: Path) -> float:
     steps = rounds * config["inner_steps"]
-    flags = [f"--{key.replace('_', '-')}={config[key]}" for key in COPIED]
+    flags = [f"--{key.replace('_', '-')}={config[key]}" for key in COPIED if key in config]
     command = [
         *(sys.executable, "-m", "pcp_core", "train", "--algorithm", "diloco"),
         *("--backend", "cpu", "--workers", str(workers), "--steps", str(steps)),
