@@ -29,8 +29,17 @@ from typing import Any
 
 # What the reference takes over from the run's config.toml, as `pcp train` flags: the
 # model, batch and seed, and the codecs (a run's own, not today's defaults).
-COPIED = ("n_layer", "n_head", "n_embd", "block_size", "batch_size", "steps_per_call", "seed",
-          "codec", "codec_down")  # fmt: skip
+COPIED = (
+    "n_layer",
+    "n_head",
+    "n_embd",
+    "block_size",
+    "batch_size",
+    "steps_per_call",
+    "seed",
+    "codec",
+    "codec_down",
+)
 
 
 def run_config(run_dir: Path) -> dict[str, Any]:
