@@ -284,7 +284,8 @@ def validation_curve(metrics: Path) -> tuple[list[float], list[float], list[floa
 
 def curves(labelled: list[str], seconds: list[float], tokens: list[float]) -> str:
     """A table of each run's validation loss, interpolated between its evaluations, at
-    the same training seconds and the same tokens (empty past a run's last one)."""
+    the same training seconds and the same tokens (empty past a run's last one), and
+    where the first run ended: the equal-time comparison at the longest time both have."""
     import numpy as np
 
     def at(x: float, xs: list[float], ys: list[float]) -> str:
@@ -294,7 +295,10 @@ def curves(labelled: list[str], seconds: list[float], tokens: list[float]) -> st
     for item in labelled:
         label, _, path = item.partition("=")
         runs[label] = validation_curve(Path(path))
-    points = [(f"{s:g} s", 0, s) for s in seconds]
+    first, first_curve = next(iter(runs.items()))
+    end = first_curve[0][-1]
+    points = [(f"{first}'s end, {end:.1f} s", 0, end)]
+    points += [(f"{s:g} s", 0, s) for s in seconds]
     points += [(f"{t / 1e6:g}M tokens", 1, t) for t in tokens]
     lines = ["| run | " + " | ".join(p[0] for p in points) + " |", "|---" * (len(points) + 1) + "|"]
     for label, curve in runs.items():
