@@ -98,6 +98,9 @@ def test_the_committed_scenarios_load() -> None:
     thin = load_scenario(ROOT / "scenarios" / "thin.toml")
     unequal = load_scenario(ROOT / "scenarios" / "unequal.toml")
     assert [w.cpus for w in unequal.workers] == [0.25, 0.5, 1.0]
+    control = load_scenario(ROOT / "scenarios" / "equal3.toml")  # unequal's, at one speed
+    assert [w.cpus for w in control.workers] == [0.58] * 3
+    assert [w.link for w in control.workers] == [w.link for w in unequal.workers]
     assert all(w.cpus is None for w in lan.workers)
     assert len(lan.workers) >= 2
     links = sorted((w.link.rate_mbit, w.link.delay_ms, w.link.loss_percent) for w in planet.workers)
