@@ -139,6 +139,27 @@ XLA_VARIANTS |= {
 }
 
 
+def _pcp_with(**options: Any) -> dict[str, Any]:
+    """The program as shipped, with more XLA options on CUDA."""
+    return {"compiler_options": {"cuda": EXACT["cuda"] | options}}
+
+
+# XLA's fusion passes that may write layer norm (the residual add, its statistics and the
+# normalisation) as one kernel, as Inductor does, where XLA's own emitters write two
+# (benchmarks/results/gpu/h100/2026-11-26/torch_anchor.md, "Where batch 16 stands").
+XLA_VARIANTS |= {
+    "heroless": _pcp_with(xla_gpu_experimental_enable_triton_heroless_priority_fusion=True),
+    "triton-softmax": _pcp_with(xla_gpu_experimental_enable_triton_softmax_priority_fusion=True),
+    "block-level": _pcp_with(xla_gpu_experimental_enable_fusion_block_level_rewriter=True),
+    "cudnn-norm": _pcp_with(xla_gpu_enable_cudnn_layer_norm=True),
+    "fusion-autotuner": _pcp_with(xla_gpu_experimental_enable_fusion_autotuner=True),
+    "triton-multi-output": _pcp_with(
+        xla_gpu_experimental_enable_triton_softmax_priority_fusion=True,
+        xla_gpu_unsupported_enable_triton_multi_output_fusion=True,
+    ),
+}
+
+
 def flops_per_step(config: dict[str, int], parameters: int, batch: int) -> float:
     layers, width, block = config["n_layer"], config["n_embd"], config["block_size"]
     return batch * block * (6.0 * parameters + 12.0 * layers * width * block)
