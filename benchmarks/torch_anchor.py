@@ -139,6 +139,9 @@ XLA_VARIANTS |= {
 }
 
 
+GRAPHED = "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
+
+
 def _pcp_with(**options: Any) -> dict[str, Any]:
     """The program as shipped, with more XLA options on CUDA."""
     return {"compiler_options": {"cuda": EXACT["cuda"] | options}}
@@ -156,6 +159,16 @@ XLA_VARIANTS |= {
     "triton-multi-output": _pcp_with(
         xla_gpu_experimental_enable_triton_softmax_priority_fusion=True,
         xla_gpu_unsupported_enable_triton_multi_output_fusion=True,
+    ),
+    "multi-output": _pcp_with(xla_gpu_unsupported_enable_triton_multi_output_fusion=True),
+    # cuBLASLt takes a bf16 bias (and GELU) into the product's epilogue, where cuBLAS
+    # takes only float32 ones: the q/k/v bias and GELU's input would need no pass of
+    # their own
+    "cublaslt": _pcp_with(xla_gpu_enable_cublaslt=True),
+    # the K-step loop as one CUDA graph: no launch gaps between a step's ~960 kernels
+    "graphs": _pcp_with(xla_gpu_enable_command_buffer=GRAPHED),
+    "graphs-unrolled": _pcp_with(
+        xla_gpu_enable_command_buffer=GRAPHED, xla_gpu_command_buffer_unroll_loops=True
     ),
 }
 
