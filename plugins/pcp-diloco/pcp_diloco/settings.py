@@ -2,7 +2,7 @@
 (`--inner-steps`, `--outer-lr`, ...), declared as PCP plugins declare settings; and
 what its worker side is told with the program."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from pcp_core.config import MAX_STEPS, ConfigError
 from pcp_core.settings import setting
@@ -33,8 +33,13 @@ def lr_scale(scaling: str, workers: int) -> float | None:
 class DilocoSettings:
     """What `pcp train --algorithm diloco` adds to a run's settings."""
 
-    inner_steps: int = setting(
-        50, "Inner steps per round (H).", low=0, low_open=True, high=MAX_STEPS
+    inner_steps: int | None = setting(
+        None,
+        "Inner steps per round (H). Default: by the number of workers M, 50 up to two, 25 "
+        "up to eight, 20 beyond (the largest divisor of --steps not above that).",
+        low=0,
+        low_open=True,
+        high=MAX_STEPS,
     )
     outer_optimizer: str = setting("nesterov", "Outer optimizer run by the shepherd.")
     # Measured against synchronous training at equal tokens (benchmarks/diloco_quality.py,
@@ -42,10 +47,12 @@ class DilocoSettings:
     # paper's 0.7 and 0.9 lost 4-12% with two workers. With the workers' inner lr and
     # warm-up below, momentum 0.7 beat 0.5 on 5 of 8 corpus and worker-count pairs and
     # in the worst one (four workers on perl-docs: +2.1% against +3.3%); 0.3 lost 3-6%.
+    # Past two workers the rounds are shorter and more (ROUNDS_BY_WORKERS): 0.8 there.
     outer_lr: float = setting(1.0, "Outer learning rate.", low=0, low_open=True)
-    outer_momentum: float = setting(
-        0.7,
-        "Outer Nesterov momentum (the paper's 0.9 suits thousands of rounds).",
+    outer_momentum: float | None = setting(
+        None,
+        "Outer Nesterov momentum. Default: 0.7 up to two workers, 0.8 beyond, whose rounds "
+        "are shorter (the paper's 0.9 suits thousands of rounds).",
         low=0,
         high=1,
         high_open=True,
@@ -72,11 +79,11 @@ class DilocoSettings:
         "one tuned for the workers).",
         check=lambda value: None if lr_scale(value, 1) is not None else SCALING_WRONG,
     )
-    inner_warmup_rounds: int = setting(
-        8,
-        "The workers' learning rate warms up over this many rounds of H steps (at "
-        "most a third of --steps) where that is longer than --warmup-steps; from scratch a "
-        "shorter warm-up to the scaled lr stalls the first rounds. 0: --warmup-steps alone.",
+    inner_warmup_steps: int = setting(
+        400,
+        "The workers' learning rate warms up over this many steps (at most a third of "
+        "--steps) where that is longer than --warmup-steps; from scratch a shorter warm-up "
+        "to the scaled lr stalls the first rounds. 0: --warmup-steps alone.",
         low=0,
         high=MAX_STEPS,
     )
@@ -177,8 +184,8 @@ class DilocoSettings:
     )
 
     def validate(self) -> None:
-        """The checks across fields, after each field's own."""
-        if self.inner_steps % self.fragments:
+        """The checks across fields, after each field's own (H once it is chosen)."""
+        if self.inner_steps is not None and self.inner_steps % self.fragments:
             raise ConfigError(
                 f"diloco.inner_steps ({self.inner_steps}) must be a multiple of fragments "
                 f"({self.fragments}): a round is inner_steps / fragments steps"
@@ -186,8 +193,58 @@ class DilocoSettings:
 
     @property
     def round_steps(self) -> int:
-        """Inner steps a round takes: H, or H/P with streaming fragments."""
+        """Inner steps a round takes: H, or H/P with streaming fragments (of settings
+        whose H is chosen: `for_workers`)."""
+        assert self.inner_steps is not None, "H is chosen by for_workers first"
         return self.inner_steps // self.fragments
+
+    def for_workers(self, workers: int, steps: int) -> "DilocoSettings":
+        """These settings with H and the outer momentum chosen for M = `workers` where
+        they were left to the default, for a run of `steps` steps."""
+        chosen = replace(
+            self,
+            inner_steps=self.inner_steps or rounds_for(workers, steps, self.fragments),
+            outer_momentum=(
+                self.outer_momentum
+                if self.outer_momentum is not None
+                else outer_momentum_for(workers)
+            ),
+        )
+        chosen.validate()
+        return chosen
+
+
+# H and the outer momentum by the number of workers M, where the user sets neither.
+# benchmarks/diloco_quality.py, 1000 steps at 32 sequences a step in all, against
+# synchronous training (benchmarks/results/diloco_trials_2026-11-28-m8-joint.md): past two
+# workers, H = 25 with momentum 0.8 (40 rounds, each pseudo-gradient carried for about 5)
+# took eight workers from +4.9/+10.7% to +2.2/+4.0% (two corpora, three seeds) and four
+# from +1.0/+1.2% to -0.1/-0.7%; at sixteen H = 20 beat 25 and 10. Two workers were
+# already below synchronous with H = 50 and 0.7, at half the bytes.
+ROUNDS_BY_WORKERS = ((2, 50, 0.7), (8, 25, 0.8), (MAX_STEPS, 20, 0.8))
+
+
+def rounds_for(workers: int, steps: int, fragments: int = 1) -> int:
+    """The default H for M = `workers` (ROUNDS_BY_WORKERS): the largest divisor of
+    `steps` not above it that `fragments` divides, so that the run is whole rounds;
+    ConfigError where that would be under half of it (a round would talk twice as often:
+    pass --inner-steps)."""
+    target = next(h for most, h, _ in ROUNDS_BY_WORKERS if workers <= most)
+    most = min(target, steps)
+    fits = [h for h in range(most, 0, -1) if steps % h == 0 and h % fragments == 0]
+    if not fits or 2 * fits[0] < most:
+        of_fragments = f" that fragments ({fragments}) divides" if fragments > 1 else ""
+        raise ConfigError(
+            f"no inner_steps for {workers} workers: steps ({steps}) has no divisor from "
+            f"{(most + 1) // 2} to {most}{of_fragments}; pass --inner-steps, or --steps a "
+            f"multiple of {target}"
+        )
+    return fits[0]
+
+
+def outer_momentum_for(workers: int) -> float:
+    """The default outer momentum for M = `workers` (ROUNDS_BY_WORKERS)."""
+    return next(momentum for most, _, momentum in ROUNDS_BY_WORKERS if workers <= most)
 
 
 BUDGET_WRONG = "must be steps, auto or a duration in seconds such as 30s"

@@ -42,10 +42,12 @@ log = structlog.get_logger(__name__)
 
 
 def plan(config: RunConfig) -> tuple[RunConfig, int]:
-    """The config the workers' program is built from, and the number of rounds: a
-    steps-per-call that divides a round's steps (H, or H/P with P fragments), the inner
+    """The config the workers' program is built from, and the number of rounds: H and the
+    outer momentum chosen for its M where left to the default (DilocoSettings.for_workers),
+    a steps-per-call that divides a round's steps (H, or H/P with P fragments), the inner
     learning rates of `inner_lr_scale` and the warm-up of `inner_warmup_steps`."""
-    diloco: DilocoSettings = config.settings("diloco")
+    given: DilocoSettings = config.settings("diloco")
+    diloco = given.for_workers(config.shepherd.workers, config.steps)
     if config.steps % diloco.inner_steps:
         raise ConfigError(
             f"steps ({config.steps}) must be a multiple of inner_steps ({diloco.inner_steps})"
@@ -58,6 +60,7 @@ def plan(config: RunConfig) -> tuple[RunConfig, int]:
         lr=config.lr * scale,
         min_lr=config.final_lr() * scale,
         warmup_steps=inner_warmup_steps(config),
+        plugins={**config.plugins, "diloco": diloco},
     )
     return planned, config.steps // diloco.round_steps
 
@@ -70,11 +73,10 @@ def inner_lr_scale(config: RunConfig) -> float:
 
 
 def inner_warmup_steps(config: RunConfig) -> int:
-    """The workers' warm-up: --inner-warmup-rounds rounds, at most a third of the run,
-    or --warmup-steps where that is longer."""
+    """The workers' warm-up: --inner-warmup-steps, at most a third of the run, or
+    --warmup-steps where that is longer."""
     diloco: DilocoSettings = config.settings("diloco")
-    rounds = min(diloco.inner_warmup_rounds * diloco.inner_steps, config.steps // 3)
-    return max(config.warmup_steps, rounds)
+    return max(config.warmup_steps, min(diloco.inner_warmup_steps, config.steps // 3))
 
 
 def schedule_counters(config: RunConfig, plugins: Any, program: Any) -> list[str]:
@@ -111,6 +113,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
     trainers = config.local_worker_backends() if ctx.local_workers else []
     setup = prepare(config, ctx.plugins, trainers=trainers, shepherd=True)
     # said once the settings are known good: a bad one is a one-line error
+    log.info("rounds", workers=config.shepherd.workers, rounds=rounds,
+             inner_steps=diloco.inner_steps, outer_momentum=diloco.outer_momentum)  # fmt: skip
     if (config.lr, config.warmup_steps) != (ctx.config.lr, ctx.config.warmup_steps):
         log.info("inner learning rate", lr=config.lr, min_lr=config.min_lr, of_lr=ctx.config.lr,
                  workers=config.shepherd.workers, warmup_steps=config.warmup_steps)  # fmt: skip

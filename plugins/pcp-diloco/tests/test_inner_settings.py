@@ -1,7 +1,8 @@
 """The workers' inner optimizer settings that DiLoCo's plan derives from the run's flags:
 `--inner-lr-scaling` (default auto) multiplies --lr and --min-lr by M^0.75 up to four
 workers and by 4^0.75 beyond, and
-`--inner-warmup-rounds` (default 8) lengthens the warm-up; nothing else changes. And the
+`--inner-warmup-steps` (default 400) lengthens the warm-up; nothing else changes. H and
+the outer momentum, left to their defaults, are chosen by M. And the
 inner state a worker zeroes at each round's start: `--inner-momentum reset` (default)
 names AdamW's first moments."""
 
@@ -41,7 +42,7 @@ def test_the_scaling_multiplies_lr_and_min_lr_by_a_power_of_the_workers(
     assert workers_inner({"workers": workers, "inner_lr_scaling": 0.5}) == root  # TOML's number
     as_given = workers_inner({"workers": workers, "inner_lr_scaling": "none"})
     assert (as_given.lr, as_given.min_lr) == pytest.approx((3e-3, 3e-4))
-    assert inner.warmup_steps == as_given.warmup_steps == 333  # 8 rounds, at most a third
+    assert inner.warmup_steps == as_given.warmup_steps == 333  # 400 steps, at most a third
     # the rest of the inner schedule and optimizer is the user's
     assert inner == InnerSettings(**{**vars(as_given), "lr": inner.lr,
                                               "min_lr": inner.min_lr})  # fmt: skip
@@ -62,19 +63,80 @@ def test_the_user_config_is_left_as_given() -> None:
 @pytest.mark.parametrize(
     ("flags", "warmup"),
     [
-        ({}, 333),  # 8 rounds of H = 50 is more than a third of the run
-        ({"inner_warmup_rounds": 6}, 300),
-        ({"inner_warmup_rounds": 2}, 100),
-        ({"inner_warmup_rounds": 0}, 20),  # --warmup-steps alone
+        ({}, 333),  # 400 steps is more than a third of the run
+        ({"inner_warmup_steps": 300}, 300),
+        ({"inner_warmup_steps": 100}, 100),
+        ({"inner_warmup_steps": 0}, 20),  # --warmup-steps alone
         ({"warmup_steps": 400}, 400),  # --warmup-steps where it is longer
         ({"steps": 300}, 100),  # at most a third of the run
-        ({"inner_steps": 10}, 80),
+        ({"inner_steps": 10}, 333),  # whatever H is
+        ({"workers": 8}, 333),  # whatever M is
     ],
 )
-def test_the_warmup_is_the_longer_of_the_rounds_and_warmup_steps(flags: dict, warmup: int) -> None:
+def test_the_warmup_is_the_longer_of_its_steps_and_warmup_steps(flags: dict, warmup: int) -> None:
     inner = workers_inner({"workers": 2} | flags)
     assert inner.warmup_steps == warmup
     assert inner.total_steps == (flags.get("steps") or 1000)
+
+
+def chosen(flags: dict) -> tuple[int, float]:
+    """H and the outer momentum of the run `flags` describe, as the shepherd plans it."""
+    planned, rounds = plan(config_file.resolve(None, flags, declared=DECLARED))
+    diloco = planned.settings("diloco")
+    assert rounds * diloco.round_steps == planned.steps
+    return diloco.inner_steps, diloco.outer_momentum
+
+
+@pytest.mark.parametrize(
+    ("workers", "steps", "expected"),
+    [
+        (1, 1000, (50, 0.7)),
+        (2, 1000, (50, 0.7)),
+        (3, 1000, (25, 0.8)),
+        (8, 1000, (25, 0.8)),
+        (9, 1000, (20, 0.8)),
+        (16, 1000, (20, 0.8)),
+        (8, 300, (25, 0.8)),
+        (8, 30, (15, 0.8)),  # the largest divisor of --steps not above 25
+        (8, 10, (10, 0.8)),  # a run shorter than a round: one round
+    ],
+)
+def test_h_and_the_outer_momentum_follow_the_workers(
+    workers: int, steps: int, expected: tuple[int, float]
+) -> None:
+    flags = {"algorithm": "diloco", "workers": workers, "steps": steps}
+    assert chosen(flags) == expected
+    # what the user sets is kept
+    assert chosen(flags | {"inner_steps": steps, "outer_momentum": 0.5}) == (steps, 0.5)
+    assert chosen(flags | {"outer_momentum": 0.0})[1] == 0.0
+
+
+def test_a_chosen_h_is_one_that_the_fragments_divide() -> None:
+    assert chosen({"algorithm": "diloco", "workers": 8, "steps": 1000, "fragments": 2}) == (
+        20,
+        0.8,
+    )
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            {"workers": 8, "steps": 1010},
+            "no inner_steps for 8 workers: steps (1010) has no divisor from 13 to 25; "
+            "pass --inner-steps, or --steps a multiple of 25",
+        ),
+        (
+            {"workers": 2, "steps": 20, "fragments": 3},
+            "no inner_steps for 2 workers: steps (20) has no divisor from 10 to 20 that "
+            "fragments (3) divides; pass --inner-steps, or --steps a multiple of 50",
+        ),
+    ],
+)
+def test_steps_without_a_fitting_h_are_refused_in_one_line(flags: dict, message: str) -> None:
+    with pytest.raises(config.ConfigError) as refused:
+        chosen({"algorithm": "diloco"} | flags)
+    assert str(refused.value) == message
 
 
 def test_the_momentum_a_worker_zeroes_is_adamws_first_moment() -> None:
@@ -101,7 +163,7 @@ SCALING_MESSAGE = "diloco.inner_lr_scaling must be auto, sqrt, none or an expone
             ({"inner_lr_scaling": bad}, SCALING_MESSAGE + repr(bad))
             for bad in ("linear", "1.5", "-0.5", "nan")
         ),
-        ({"inner_warmup_rounds": -1}, "diloco.inner_warmup_rounds must not be negative, got -1"),
+        ({"inner_warmup_steps": -1}, "diloco.inner_warmup_steps must not be negative, got -1"),
         ({"outer_warmup_rounds": -2}, "diloco.outer_warmup_rounds must not be negative, got -2"),
         ({"inner_momentum": "zero"}, "diloco.inner_momentum must be one of reset, keep: 'zero'"),
         ({"outer_lr": float("-inf")}, "diloco.outer_lr must be a finite number, got -inf"),

@@ -20,7 +20,7 @@ from pcp_core.program import training
 
 MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 64, "block_size": 32, "batch_size": 8}
 # without warmup the first steps already move the weights, so a wrong reference shows
-COMMON = {"algorithm": "diloco", "backend": "cpu", "warmup_steps": 0, "inner_warmup_rounds": 0}
+COMMON = {"algorithm": "diloco", "backend": "cpu", "warmup_steps": 0, "inner_warmup_steps": 0}
 COMMON |= {"seed": 3, **MODEL}
 # the outer step by hand is float32's; what a lossy codec changes is test_codec_rounds's
 COMMON |= {"codec": "f32", "codec_down": "f32"}
