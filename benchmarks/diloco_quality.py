@@ -2,10 +2,11 @@
 
 For each corpus and model, the baseline is one process at batch B (every step sees
 B sequences); DiLoCo runs M = 2 and 4 workers at batch B/M each for the same number
-of steps (the same tokens per step, summed over the workers) at H = 50, with the
-defaults a user gets. Every run is a real `pcp train` on the CPU (DiLoCo with worker
-processes on capnp-tcp over loopback); the final validation loss is measured on the
-same validation batches for all runs. Every cell runs on several seeds (initialisation
+of steps (the same tokens per step, summed over the workers), with the defaults a user
+gets (H and the outer momentum chosen by M: pcp_diloco.settings.ROUNDS_BY_WORKERS).
+Every run is a real `pcp train` on the CPU (DiLoCo with worker processes on capnp-tcp
+over loopback); the final validation loss is measured on the same validation batches
+for all runs. Every cell runs on several seeds (initialisation
 and batches): at four workers one seed's ratio moves by 0.5-2.5 points from another's,
 so the table gives each seed's ratio to the synchronous run of that seed, and their
 mean. Writes benchmarks/results/diloco_quality.json and .md: each run's validation
@@ -44,6 +45,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from pcp_diloco.settings import rounds_for
+
 RESULTS = Path(__file__).parent / "results"
 SHAKESPEARE = Path(__file__).resolve().parents[2] / "shared" / "data" / "tinyshakespeare.txt"
 CORPUS_BYTES = 1_200_000
@@ -53,7 +56,6 @@ MODELS = {
 }
 BATCH = 32
 WORKERS = (2, 4)
-INNER_STEPS = 50
 
 
 def assemble(files: list[Path], target: Path) -> Path | None:
@@ -195,8 +197,7 @@ def run_cell(
         for workers in args.workers:
             diloco = [
                 "--algorithm", "diloco", "--workers", str(workers),
-                "--batch-size", str(BATCH // workers),
-                "--inner-steps", str(INNER_STEPS), *seeded, *flags,
+                "--batch-size", str(BATCH // workers), *seeded, *flags,
             ]  # fmt: skip
             result = train(data, shape, args.steps, diloco)
             ratio = round(result["val_loss"] / baseline["val_loss"], 4)
@@ -231,13 +232,15 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     print(json.dumps(rows[-1]), flush=True)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     summary = mean_ratios(rows)
-    record = {"steps": args.steps, "batch": BATCH, "inner_steps": INNER_STEPS,
+    inner_steps = {m: rounds_for(m, args.steps) for m in args.workers}  # the defaults' H
+    record = {"steps": args.steps, "batch": BATCH, "inner_steps": inner_steps,
               "seeds": args.seeds, "mean_ratios": summary, "rows": rows}  # fmt: skip
     args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
     seeds = ", ".join(str(seed) for seed in args.seeds)
     lines = [
         f"{args.steps} steps, {BATCH} sequences a step in all (DiLoCo: {BATCH}/M a worker), "
-        f"H = {INNER_STEPS}, seeds {seeds}; validation loss on 64 batches. Each DiLoCo run "
+        f"the defaults' H = {', '.join(f'{h} at M = {m}' for m, h in inner_steps.items())}, "
+        f"seeds {seeds}; validation loss on 64 batches. Each DiLoCo run "
         "against the synchronous run of its seed:",
         "",
         f"| corpus | model | run | M | {' | '.join(f'seed {s}' for s in args.seeds)} | mean |",
