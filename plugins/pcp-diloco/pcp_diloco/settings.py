@@ -234,10 +234,11 @@ def rounds_for(workers: int, steps: int, fragments: int = 1) -> int:
     fits = [h for h in range(most, 0, -1) if steps % h == 0 and h % fragments == 0]
     if not fits or 2 * fits[0] < most:
         of_fragments = f" that fragments ({fragments}) divides" if fragments > 1 else ""
+        whole = max(target - target % fragments, fragments)  # a round of whole fragments
         raise ConfigError(
             f"no inner_steps for {workers} workers: steps ({steps}) has no divisor from "
             f"{(most + 1) // 2} to {most}{of_fragments}; pass --inner-steps, or --steps a "
-            f"multiple of {target}"
+            f"multiple of {whole}"
         )
     return fits[0]
 

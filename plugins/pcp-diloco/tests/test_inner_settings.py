@@ -129,7 +129,7 @@ def test_a_chosen_h_is_one_that_the_fragments_divide() -> None:
         (
             {"workers": 2, "steps": 20, "fragments": 3},
             "no inner_steps for 2 workers: steps (20) has no divisor from 10 to 20 that "
-            "fragments (3) divides; pass --inner-steps, or --steps a multiple of 50",
+            "fragments (3) divides; pass --inner-steps, or --steps a multiple of 48",
         ),
     ],
 )
