@@ -152,14 +152,9 @@ def _pcp_with(**options: Any) -> dict[str, Any]:
 # (benchmarks/results/gpu/h100/2026-11-26/torch_anchor.md, "Where batch 16 stands").
 XLA_VARIANTS |= {
     "heroless": _pcp_with(xla_gpu_experimental_enable_triton_heroless_priority_fusion=True),
-    "triton-softmax": _pcp_with(xla_gpu_experimental_enable_triton_softmax_priority_fusion=True),
     "block-level": _pcp_with(xla_gpu_experimental_enable_fusion_block_level_rewriter=True),
     "cudnn-norm": _pcp_with(xla_gpu_enable_cudnn_layer_norm=True),
     "fusion-autotuner": _pcp_with(xla_gpu_experimental_enable_fusion_autotuner=True),
-    "triton-multi-output": _pcp_with(
-        xla_gpu_experimental_enable_triton_softmax_priority_fusion=True,
-        xla_gpu_unsupported_enable_triton_multi_output_fusion=True,
-    ),
     "multi-output": _pcp_with(xla_gpu_unsupported_enable_triton_multi_output_fusion=True),
     # cuBLASLt takes a bf16 bias (and GELU) into the product's epilogue, where cuBLAS
     # takes only float32 ones: the q/k/v bias and GELU's input would need no pass of

@@ -200,8 +200,9 @@ class DilocoSettings:
 
     def for_workers(self, workers: int, steps: int) -> "DilocoSettings":
         """These settings with H and the outer momentum chosen for M = `workers` where
-        they were left to the default, for a run of `steps` steps."""
-        chosen = replace(
+        they were left to the default, for a run of `steps` steps (a chosen H is one that
+        the fragments divide: rounds_for)."""
+        return replace(
             self,
             inner_steps=self.inner_steps or rounds_for(workers, steps, self.fragments),
             outer_momentum=(
@@ -210,8 +211,6 @@ class DilocoSettings:
                 else outer_momentum_for(workers)
             ),
         )
-        chosen.validate()
-        return chosen
 
 
 # H and the outer momentum by the number of workers M, where the user sets neither.

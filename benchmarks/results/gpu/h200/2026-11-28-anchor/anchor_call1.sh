@@ -13,7 +13,10 @@ log=$OUT/call1_log.txt
 stage() { echo "== $1: rc=$2 at $((SECONDS - start))s" >> $log; }
 { nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
   python3 -c "import jax, torch; print('jax', jax.__version__, 'torch', torch.__version__)"; } >> $log 2>&1
-VARIANTS="pcp heroless triton-softmax block-level cudnn-norm fusion-autotuner triton-multi-output"
+# The call also ran triton-softmax and triton-multi-output (the option
+# xla_gpu_experimental_enable_triton_softmax_priority_fusion, alone and with Triton's
+# multi-output fusions); jax 0.11.2's XLA has no such option, and they are gone.
+VARIANTS="pcp heroless block-level cudnn-norm fusion-autotuner"
 timeout 280 python3 benchmarks/torch_anchor.py --size gpt2-small --batch 16 --precision bf16 \
     --torch compiled --xla $VARIANTS --profile --results $OUT --stem anchor1_b16 >> $log 2>&1
 stage b16 $?
