@@ -169,6 +169,10 @@ class InnerOptimizer:
     # first moment `mu`), which DiLoCo's workers zero at the start of a round (see
     # DilocoSettings.inner_momentum); None: nothing in its state is momentum.
     momentum_field: str | None = None
+    # The name of its own setting that is that momentum's decay (AdamW's `beta1`), which
+    # DiLoCo sets for its workers where the user left it at its default (see
+    # DilocoSettings.inner_momentum_decay); None: it has none.
+    momentum_decay_setting: str | None = None
     # The field of its state that its learning-rate schedule reads, a step counter:
     # DiLoCo's budgeted rounds set it to the run's position (DilocoSettings.round_budget),
     # so nothing else (a bias correction, say) should read it; None: none, the schedule

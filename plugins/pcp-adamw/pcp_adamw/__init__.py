@@ -92,6 +92,7 @@ ADAMW = InnerOptimizer(
     build=build,
     description="AdamW with warmup + cosine decay",
     momentum_field="mu",
+    momentum_decay_setting="beta1",
     step_field="schedule_step",
     settings=AdamWSettings,
 )

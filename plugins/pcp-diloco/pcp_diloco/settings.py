@@ -100,6 +100,19 @@ class DilocoSettings:
         "or keep (carried over, as in the DiLoCo paper).",
         choices=("reset", "keep"),
     )
+    # A worker's batch is 1/M of the step's, its momentum zeroed each round: a shorter
+    # memory than the synchronous 0.9's ten steps suits it. With eight workers (four
+    # sequences a worker) 0.85, 0.8 and 0.7 all beat 0.9, 0.95 lost 9-10%
+    # (benchmarks/results/diloco_trials_2026-11-28-beta1.md).
+    inner_momentum_decay: float | None = setting(
+        None,
+        "The decay of the workers' inner momentum (the inner optimizer's setting for it: "
+        "AdamW's --beta1) where that is left at its default. Default: 0.8, a memory of five "
+        "steps where the synchronous 0.9 has ten. A --beta1 that is set is used as given.",
+        low=0,
+        high=1,
+        high_open=True,
+    )
     # Averaging the first rounds instead of a Nesterov step (which moves 1 + momentum
     # times the run's largest pseudo-gradients) gained 0.7-2 points with two workers and
     # the lr as given; with the scaled lr and warm-up above it helped on two corpora and
@@ -212,6 +225,8 @@ class DilocoSettings:
             ),
         )
 
+
+INNER_MOMENTUM_DECAY = 0.8  # the default of DilocoSettings.inner_momentum_decay
 
 # H and the outer momentum by the number of workers M, where the user sets neither.
 # benchmarks/diloco_quality.py, 1000 steps at 32 sequences a step in all, against

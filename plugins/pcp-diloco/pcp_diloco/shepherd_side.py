@@ -36,7 +36,12 @@ from pcp_diloco.outer_steps import (
     guarded_round,
     split_fragments,
 )
-from pcp_diloco.settings import DilocoSettings, DilocoWorkerSettings, lr_scale
+from pcp_diloco.settings import (
+    INNER_MOMENTUM_DECAY,
+    DilocoSettings,
+    DilocoWorkerSettings,
+    lr_scale,
+)
 
 log = structlog.get_logger(__name__)
 
@@ -45,7 +50,8 @@ def plan(config: RunConfig) -> tuple[RunConfig, int]:
     """The config the workers' program is built from, and the number of rounds: H and the
     outer momentum chosen for its M where left to the default (DilocoSettings.for_workers),
     a steps-per-call that divides a round's steps (H, or H/P with P fragments), the inner
-    learning rates of `inner_lr_scale` and the warm-up of `inner_warmup_steps`."""
+    learning rates of `inner_lr_scale`, the warm-up of `inner_warmup_steps` and the
+    momentum decay of `inner_momentum_decay`."""
     given: DilocoSettings = config.settings("diloco")
     diloco = given.for_workers(config.shepherd.workers, config.steps)
     if config.steps % diloco.inner_steps:
@@ -60,7 +66,7 @@ def plan(config: RunConfig) -> tuple[RunConfig, int]:
         lr=config.lr * scale,
         min_lr=config.final_lr() * scale,
         warmup_steps=inner_warmup_steps(config),
-        plugins={**config.plugins, "diloco": diloco},
+        plugins={**config.plugins, "diloco": diloco, **inner_momentum_decay(config)},
     )
     return planned, config.steps // diloco.round_steps
 
@@ -70,6 +76,25 @@ def inner_lr_scale(config: RunConfig) -> float:
     workers under `--inner-lr-scaling` (pcp_diloco.settings.lr_scale)."""
     diloco: DilocoSettings = config.settings("diloco")
     return lr_scale(diloco.inner_lr_scaling, config.shepherd.workers) or 1.0
+
+
+def inner_momentum_decay(config: RunConfig) -> dict[str, Any]:
+    """The inner optimizer's own settings with the workers' momentum decay
+    (`--inner-momentum-decay`, or its default where the optimizer's own is left at its
+    default), as `config.plugins` holds them; empty for an optimizer that declares none."""
+    from pcp_core import plugins
+
+    name = getattr(plugins.host().optimizer(config.optimizer), "momentum_decay_setting", None)
+    own = config.plugins.get(config.optimizer)
+    if name is None or own is None:
+        return {}
+    chosen: float | None = config.settings("diloco").inner_momentum_decay
+    if chosen is None:
+        declared = {field.name: field.default for field in dataclasses.fields(own)}
+        if getattr(own, name) != declared[name]:
+            return {}
+        chosen = INNER_MOMENTUM_DECAY
+    return {config.optimizer: dataclasses.replace(own, **{name: chosen})}
 
 
 def inner_warmup_steps(config: RunConfig) -> int:
@@ -118,6 +143,9 @@ def run(ctx: RunContext) -> dict[str, Any]:
     if (config.lr, config.warmup_steps) != (ctx.config.lr, ctx.config.warmup_steps):
         log.info("inner learning rate", lr=config.lr, min_lr=config.min_lr, of_lr=ctx.config.lr,
                  workers=config.shepherd.workers, warmup_steps=config.warmup_steps)  # fmt: skip
+    own = config.plugins.get(config.optimizer)
+    if own != ctx.config.plugins.get(config.optimizer):
+        log.info("inner optimizer", optimizer=config.optimizer, **dataclasses.asdict(own))
     params = setup.initial_params()
     fragments = split_fragments(setup, diloco.fragments)
     outer_step = FragmentSteps(

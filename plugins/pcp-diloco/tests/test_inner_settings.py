@@ -1,7 +1,9 @@
 """The workers' inner optimizer settings that DiLoCo's plan derives from the run's flags:
 `--inner-lr-scaling` (default auto) multiplies --lr and --min-lr by M^0.75 up to four
 workers and by 4^0.75 beyond, and
-`--inner-warmup-steps` (default 400) lengthens the warm-up; nothing else changes. H and
+`--inner-warmup-steps` (default 400) lengthens the warm-up, and the momentum decay
+(AdamW's beta1) is `--inner-momentum-decay`'s, 0.8 where --beta1 is left at 0.9; nothing
+else changes. H and
 the outer momentum, left to their defaults, are chosen by M. And the
 inner state a worker zeroes at each round's start: `--inner-momentum reset` (default)
 names AdamW's first moments."""
@@ -77,6 +79,24 @@ def test_the_warmup_is_the_longer_of_its_steps_and_warmup_steps(flags: dict, war
     inner = workers_inner({"workers": 2} | flags)
     assert inner.warmup_steps == warmup
     assert inner.total_steps == (flags.get("steps") or 1000)
+
+
+@pytest.mark.parametrize(
+    ("flags", "beta1"),
+    [
+        ({}, 0.8),  # --beta1 left at its default 0.9: the workers' default
+        ({"workers": 8}, 0.8),
+        ({"beta1": 0.95}, 0.95),  # a --beta1 that is set is used as given
+        ({"inner_momentum_decay": 0.7}, 0.7),
+        ({"inner_momentum_decay": 0.7, "beta1": 0.95}, 0.7),
+        ({"inner_momentum_decay": 0.9}, 0.9),  # the synchronous decay, asked for
+    ],
+)
+def test_the_workers_momentum_decay(flags: dict, beta1: float) -> None:
+    inner = workers_inner({"workers": 2} | flags)
+    assert inner.own.beta1 == beta1
+    # the rest of AdamW's settings is the user's
+    assert (inner.own.beta2, inner.own.weight_decay) == (0.99, 0.1)
 
 
 def chosen(flags: dict) -> tuple[int, float]:
