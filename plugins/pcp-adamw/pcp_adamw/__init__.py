@@ -34,7 +34,14 @@ PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 class AdamWSettings:
     """AdamW's own settings: the `[adamw]` section of a run's TOML, and their flags."""
 
-    beta1: float = setting(0.9, "First-moment decay (beta1).", low=0, high=1, high_open=True)
+    beta1: float = setting(
+        0.9,
+        "First-moment decay (beta1). DiLoCo's workers take 0.8 where this is left at 0.9 "
+        "(--inner-momentum-decay).",
+        low=0,
+        high=1,
+        high_open=True,
+    )
     beta2: float = setting(0.99, "Second-moment decay (beta2).", low=0, high=1, high_open=True)
     eps: float = setting(1e-8, "Added to the second moment's root.", low=0, low_open=True)
     weight_decay: float = setting(0.1, "Decoupled weight decay (matrices only).", low=0)

@@ -106,9 +106,10 @@ class DilocoSettings:
     # (benchmarks/results/diloco_trials_2026-11-28-beta1.md).
     inner_momentum_decay: float | None = setting(
         None,
-        "The decay of the workers' inner momentum (the inner optimizer's setting for it: "
-        "AdamW's --beta1) where that is left at its default. Default: 0.8, a memory of five "
-        "steps where the synchronous 0.9 has ten. A --beta1 that is set is used as given.",
+        "The workers' momentum decay (AdamW's beta1 on the workers). Default: 0.8 where "
+        "--beta1 is left at its 0.9, a memory of five steps rather than ten (a worker's "
+        "batch is 1/M of a step's, its momentum zeroed each round); a --beta1 that is set "
+        "is used as given.",
         low=0,
         high=1,
         high_open=True,
