@@ -107,10 +107,12 @@ def extra_corpora(items: list[str], builtin: dict[str, Path | None]) -> dict[str
     return found
 
 
-def train(data: Path | None, model: list[str], steps: int, flags: list[str]) -> dict:
+def train(
+    data: Path | None, model: list[str], steps: int, flags: list[str], backend: str = "cpu"
+) -> dict:
     with tempfile.TemporaryDirectory() as out:
         command = [
-            sys.executable, "-m", "pcp_core", "train", "--backend", "cpu", "--no-dashboard",
+            sys.executable, "-m", "pcp_core", "train", "--backend", backend, "--no-dashboard",
             "--steps", str(steps), "--eval-every", "0", "--eval-batches", "64",
             "--out", str(Path(out) / "run"), *(["--data", str(data)] if data else []),
             *model, *flags,
@@ -130,6 +132,11 @@ def train(data: Path | None, model: list[str], steps: int, flags: list[str]) -> 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=1000, help="steps of every run")
+    parser.add_argument(
+        "--backend",
+        default="cpu",
+        help="backend of every run (e.g. xla: jax's CPU or GPU, for machines without IREE)",
+    )
     parser.add_argument("--corpora", nargs="+", help="a subset of the corpora")
     parser.add_argument("--models", nargs="+", choices=list(MODELS), default=list(MODELS))
     parser.add_argument(
@@ -190,7 +197,7 @@ def run_cell(
     """The synchronous run and every DiLoCo run of one corpus, model and seed."""
     shape, seeded = MODELS[model], ["--seed", str(seed)]
     cell = {"corpus": corpus, "model": model, "seed": seed}
-    baseline = train(data, shape, args.steps, ["--batch-size", str(BATCH), *seeded])
+    baseline = train(data, shape, args.steps, ["--batch-size", str(BATCH), *seeded], args.backend)
     rows.append({**cell, "run": "synchronous", "workers": 1, **baseline, "ratio": 1.0})
     write(rows, args)
     for name, flags in variants.items():
@@ -199,7 +206,7 @@ def run_cell(
                 "--algorithm", "diloco", "--workers", str(workers),
                 "--batch-size", str(BATCH // workers), *seeded, *flags,
             ]  # fmt: skip
-            result = train(data, shape, args.steps, diloco)
+            result = train(data, shape, args.steps, diloco, args.backend)
             ratio = round(result["val_loss"] / baseline["val_loss"], 4)
             rows.append({**cell, "run": f"diloco {name}", "workers": workers, **result,
                          "ratio": ratio})  # fmt: skip
@@ -234,13 +241,14 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
     summary = mean_ratios(rows)
     inner_steps = {m: rounds_for(m, args.steps) for m in args.workers}  # the defaults' H
     record = {"steps": args.steps, "batch": BATCH, "inner_steps": inner_steps,
-              "seeds": args.seeds, "mean_ratios": summary, "rows": rows}  # fmt: skip
+              "backend": args.backend, "seeds": args.seeds, "mean_ratios": summary,
+              "rows": rows}  # fmt: skip
     args.out.with_suffix(".json").write_text(json.dumps(record, indent=2) + "\n")
     seeds = ", ".join(str(seed) for seed in args.seeds)
     lines = [
         f"{args.steps} steps, {BATCH} sequences a step in all (DiLoCo: {BATCH}/M a worker), "
         f"the defaults' H = {', '.join(f'{h} at M = {m}' for m, h in inner_steps.items())}, "
-        f"seeds {seeds}; validation loss on 64 batches. Each DiLoCo run "
+        f"seeds {seeds}, backend {args.backend}; validation loss on 64 batches. Each DiLoCo run "
         "against the synchronous run of its seed:",
         "",
         f"| corpus | model | run | M | {' | '.join(f'seed {s}' for s in args.seeds)} | mean |",
