@@ -103,13 +103,15 @@ class DilocoSettings:
     # A worker's batch is 1/M of the step's, its momentum zeroed each round: a shorter
     # memory than the synchronous 0.9's ten steps suits it. With eight workers (four
     # sequences a worker) 0.85, 0.8 and 0.7 all beat 0.9, 0.95 lost 9-10%
-    # (benchmarks/results/diloco_trials_2026-11-28-beta1.md).
+    # (benchmarks/results/diloco_trials_2026-11-28-beta1.md). Measured without overlap only:
+    # overlapped rounds fold in stale moves, and there (test_overlap's 120-step run) 0.8
+    # ended at 2.47 where 0.9 ended at 2.38, so they keep --beta1.
     inner_momentum_decay: float | None = setting(
         None,
         "The workers' momentum decay (AdamW's beta1 on the workers). Default: 0.8 where "
         "--beta1 is left at its 0.9, a memory of five steps rather than ten (a worker's "
-        "batch is 1/M of a step's, its momentum zeroed each round); a --beta1 that is set "
-        "is used as given.",
+        "batch is 1/M of a step's, its momentum zeroed each round), under --overlap none; "
+        "a --beta1 that is set, or overlapped rounds, keep --beta1.",
         low=0,
         high=1,
         high_open=True,

@@ -81,17 +81,19 @@ def inner_lr_scale(config: RunConfig) -> float:
 def inner_momentum_decay(config: RunConfig) -> dict[str, Any]:
     """The inner optimizer's own settings with the workers' momentum decay
     (`--inner-momentum-decay`, or its default where the optimizer's own is left at its
-    default), as `config.plugins` holds them; empty for an optimizer that declares none."""
+    default and rounds do not overlap), as `config.plugins` holds them; empty for an
+    optimizer that declares none."""
     from pcp_core import plugins
 
     name = getattr(plugins.host().optimizer(config.optimizer), "momentum_decay_setting", None)
     own = config.plugins.get(config.optimizer)
     if name is None or own is None:
         return {}
-    chosen: float | None = config.settings("diloco").inner_momentum_decay
+    diloco: DilocoSettings = config.settings("diloco")
+    chosen = diloco.inner_momentum_decay
     if chosen is None:
         declared = {field.name: field.default for field in dataclasses.fields(own)}
-        if getattr(own, name) != declared[name]:
+        if getattr(own, name) != declared[name] or diloco.overlap != "none":
             return {}
         chosen = INNER_MOMENTUM_DECAY
     return {config.optimizer: dataclasses.replace(own, **{name: chosen})}

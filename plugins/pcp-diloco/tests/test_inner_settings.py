@@ -90,6 +90,8 @@ def test_the_warmup_is_the_longer_of_its_steps_and_warmup_steps(flags: dict, war
         ({"inner_momentum_decay": 0.7}, 0.7),
         ({"inner_momentum_decay": 0.7, "beta1": 0.95}, 0.7),
         ({"inner_momentum_decay": 0.9}, 0.9),  # the synchronous decay, asked for
+        ({"overlap": "delayed"}, 0.9),  # overlapped rounds keep --beta1
+        ({"overlap": "ahead", "inner_momentum_decay": 0.8}, 0.8),
     ],
 )
 def test_the_workers_momentum_decay(flags: dict, beta1: float) -> None:
