@@ -150,7 +150,13 @@ def train(out: Path, fragments: int, overlap: str) -> dict:
         eval_every=160,
         out=out,
         plugins={
-            "diloco": {"inner_steps": 40, "fragments": fragments, "overlap": overlap},
+            # one beta1 for every run compared (overlapped rounds keep --beta1's 0.9)
+            "diloco": {
+                "inner_steps": 40,
+                "fragments": fragments,
+                "overlap": overlap,
+                "inner_momentum_decay": 0.9,
+            },
             "shepherd": {"workers": 2},
         },
         **MODEL,

@@ -39,7 +39,13 @@ def train(
         out=out,
         steps_per_call=steps_per_call,
         plugins={
-            "diloco": {"inner_steps": inner_steps, "overlap": overlap, "deltas": deltas},
+            # one beta1 for every run compared (overlapped rounds keep --beta1's 0.9)
+            "diloco": {
+                "inner_steps": inner_steps,
+                "overlap": overlap,
+                "deltas": deltas,
+                "inner_momentum_decay": 0.9,
+            },
             "shepherd": {"workers": 2},
         },
         **MODEL,
