@@ -36,8 +36,8 @@ class AdamWSettings:
 
     beta1: float = setting(
         0.9,
-        "First-moment decay (beta1). DiLoCo's workers take 0.8 where this is left at 0.9 "
-        "(--inner-momentum-decay).",
+        "First-moment decay (beta1). Left at 0.9, DiLoCo's workers without overlapped "
+        "rounds take 0.8 (--inner-momentum-decay).",
         low=0,
         high=1,
         high_open=True,
