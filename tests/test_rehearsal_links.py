@@ -163,14 +163,30 @@ def test_a_link_delivers_its_rate(network, sender: str, receiver: str) -> None:
     assert 20 * 0.9 <= mbit <= 20 * 1.1, mbit
 
 
+def _best_of_three(network, sender: str, low: float, high: float):
+    """Measure `sender`'s loss to the shepherd until the end-to-end share is in
+    [low, high], at most three times; every measure. A busy host loses datagrams of its
+    own, which only add to the link's: CI once saw 10.9% on a quiet 5% link."""
+    from pcp_core.rehearsal.probe import measure_loss
+
+    measures = []
+    for _ in range(3):
+        measures.append(measure_loss(network, sender, "shepherd", count=4000, rate=2000))
+        if low <= measures[-1].share <= high:
+            break
+    return measures
+
+
 @pytest.mark.slow
 @pytest.mark.alone  # a probe starved of CPU by parallel tests loses packets to the host
 def test_a_link_drops_its_share_of_packets(network) -> None:
-    from pcp_core.rehearsal.probe import measure_loss
-
-    loss = measure_loss(network, "lossy", "shepherd", count=4000, rate=2000)
-    assert 0.025 <= loss <= 0.08, loss
-    assert measure_loss(network, "slow", "shepherd", count=1000, rate=1000) <= 0.01
+    measures = _best_of_three(network, "lossy", 0.025, 0.08)
+    # The rule itself: 5% of 4000 judged packets, a binomial sd of 0.34 points.
+    assert all(0.035 <= m.link_share <= 0.065 for m in measures), measures
+    assert 0.025 <= measures[-1].share <= 0.08, measures
+    clean = _best_of_three(network, "slow", 0.0, 0.01)
+    assert all(m.judged == m.dropped == 0 for m in clean), clean
+    assert clean[-1].share <= 0.01, clean
 
 
 @pytest.mark.slow

@@ -15,9 +15,11 @@ import socket
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from typing import Any
 
-from pcp_core.rehearsal.links import Network
+from pcp_core.rehearsal.links import Network, run_in
+from pcp_core.rehearsal.rules import loss_chain
 
 # TCP payload per Ethernet frame with timestamps (1448 of 1514 bytes): the goodput a
 # link of a given wire rate can deliver at most.
@@ -218,17 +220,87 @@ def measure_rtt(
         echo.kill()
 
 
+@dataclass(frozen=True)
+class LossMeasure:
+    """What became of `sent` UDP datagrams: `received`, and of those the links' loss rules
+    judged on the way (`judged` at the first rule), how many they `dropped`."""
+
+    sent: int
+    received: int
+    judged: int
+    dropped: int
+
+    @property
+    def share(self) -> float:
+        """The share of the datagrams that did not arrive, for whatever reason."""
+        return 1 - self.received / self.sent
+
+    @property
+    def link_share(self) -> float:
+        """The share the links' loss rules dropped: the emulated loss alone."""
+        return self.dropped / self.judged if self.judged else 0.0
+
+    @property
+    def lost_elsewhere(self) -> int:
+        """Datagrams lost outside the loss rules: the host's queues, a starved probe."""
+        return self.sent - self.received - self.dropped
+
+
+def _loss_rules(network: Network, sender: str, receiver: str) -> list[tuple[str, str]]:
+    """(namespace, interface) of each loss rule a packet from `sender` to `receiver` meets."""
+    rules = []
+    if network.node(sender).link.loss_percent > 0:  # entering the router from the sender
+        rules.append((network.router, network.node(sender).router_interface))
+    if network.node(receiver).link.loss_percent > 0:  # entering the receiver from its link
+        rules.append((network.node(receiver).namespace, "eth0"))
+    return rules
+
+
+def _rule_counts(namespace: str, interface: str) -> tuple[int, int]:
+    """(packets judged, packets dropped) so far by the loss rule on `interface`."""
+    listed = run_in(
+        namespace,
+        ["nft", "-j", "list", "chain", "netdev", "pcp_loss", loss_chain(interface)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    counters = [
+        expression["counter"]["packets"]
+        for item in json.loads(listed.stdout)["nftables"]
+        if "rule" in item
+        for expression in item["rule"]["expr"]
+        if "counter" in expression
+    ]
+    judged, dropped = counters
+    return judged, dropped
+
+
 def measure_loss(
     network: Network, sender: str, receiver: str, count: int = 4000, rate: float = 2000
-) -> float:
-    """The share of `count` UDP datagrams from `sender` that `receiver` did not get."""
+) -> LossMeasure:
+    """Send `count` UDP datagrams from `sender` to `receiver`; where they were lost."""
+    rules = _loss_rules(network, sender, receiver)
+    before = [_rule_counts(*rule) for rule in rules]
     sink = _start_end(network, receiver, ["udp-sink", "5203", "3.0"])
     try:
         host = network.address(receiver)
         _run_end(network, sender, ["udp-send", host, "5203", str(count), str(rate)], 60)
-        return 1 - _answer(sink, 30)["received"] / count
+        received = _answer(sink, 30)["received"]
     finally:
         sink.kill()
+    counts = [
+        (judged - judged_before, dropped - dropped_before)
+        for (judged, dropped), (judged_before, dropped_before) in zip(
+            [_rule_counts(*rule) for rule in rules], before, strict=True
+        )
+    ]
+    return LossMeasure(
+        sent=count,
+        received=received,
+        judged=counts[0][0] if counts else 0,
+        dropped=sum(dropped for _, dropped in counts),
+    )
 
 
 def accuracy(rates: list[float], delays: list[float], seconds: float) -> list[dict[str, Any]]:

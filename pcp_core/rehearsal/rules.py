@@ -24,13 +24,23 @@ def tbf_arguments(link: Link) -> list[str]:
     return ["rate", f"{int(link.rate_mbit * 1e6)}bit", "burst", str(burst), "limit", str(limit)]
 
 
+def loss_chain(interface: str) -> str:
+    """The name of the nftables chain that drops packets entering `interface`."""
+    return f"ingress_{interface}"
+
+
 def loss_ruleset(interface: str, loss_percent: float) -> str:
-    """An nftables ruleset that drops `loss_percent` of the packets entering `interface`."""
+    """An nftables ruleset that drops `loss_percent` of the packets entering `interface`.
+
+    Its two counters (every packet judged, those dropped) let a probe tell the link's
+    loss from packets the host lost elsewhere (`probe.measure_loss`).
+    """
     threshold = round(loss_percent * 10_000)  # numgen draws in [0, 1_000_000)
     return (
         "table netdev pcp_loss {\n"
-        f"  chain ingress_{interface} {{\n"
+        f"  chain {loss_chain(interface)} {{\n"
         f'    type filter hook ingress device "{interface}" priority 0; policy accept;\n'
+        "    counter\n"
         f"    numgen random mod 1000000 < {threshold} counter drop\n"
         "  }\n"
         "}\n"
