@@ -47,10 +47,9 @@ def test_connect_retries_until_the_listener_is_up(transfer) -> None:
 
 
 def test_connect_gives_up_after_retrying() -> None:
-    start = time.monotonic()
-    with pytest.raises(TransportError, match="could not connect"):
+    """It raises (rather than retrying for ever) and names the retry time it was given."""
+    with pytest.raises(TransportError, match=r"could not connect to .* within 0\.3 s"):
         connect("127.0.0.1", free_port(), TransportOptions(), retry_s=0.3)
-    assert time.monotonic() - start < 2
 
 
 def mutual_tls(folder, cert: str) -> TransportOptions:
