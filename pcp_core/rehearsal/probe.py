@@ -240,11 +240,6 @@ class LossMeasure:
         """The share the links' loss rules dropped: the emulated loss alone."""
         return self.dropped / self.judged if self.judged else 0.0
 
-    @property
-    def lost_elsewhere(self) -> int:
-        """Datagrams lost outside the loss rules: the host's queues, a starved probe."""
-        return self.sent - self.received - self.dropped
-
 
 def _loss_rules(network: Network, sender: str, receiver: str) -> list[tuple[str, str]]:
     """(namespace, interface) of each loss rule a packet from `sender` to `receiver` meets."""
