@@ -103,15 +103,17 @@ class DilocoSettings:
     # A worker's batch is 1/M of the step's, its momentum zeroed each round: a shorter
     # memory than the synchronous 0.9's ten steps suits it. With eight workers (four
     # sequences a worker) 0.85, 0.8 and 0.7 all beat 0.9, 0.95 lost 9-10%
-    # (benchmarks/results/diloco_trials_2026-11-28-beta1.md). Measured without overlap only:
+    # (benchmarks/results/diloco_trials_2026-11-28-beta1.md); by M below
+    # (INNER_MOMENTUM_DECAY_BY_WORKERS). Measured without overlap only:
     # overlapped rounds fold in stale moves, and there (test_overlap's 120-step run) 0.8
     # ended at 2.47 where 0.9 ended at 2.38, so they keep --beta1.
     inner_momentum_decay: float | None = setting(
         None,
-        "The workers' momentum decay (AdamW's beta1 on the workers). Default: 0.8 where "
-        "--beta1 is left at its 0.9, a memory of five steps rather than ten (a worker's "
-        "batch is 1/M of a step's, its momentum zeroed each round), under --overlap none; "
-        "a --beta1 that is set, or overlapped rounds, keep --beta1.",
+        "The workers' momentum decay (AdamW's beta1 on the workers). Default, where "
+        "--beta1 is left at its 0.9: 0.7 up to eight workers M, 0.8 beyond (a memory of "
+        "three or five steps rather than ten: a worker's batch is 1/M of a step's, its "
+        "momentum zeroed each round), under --overlap none; a --beta1 that is set, or "
+        "overlapped rounds, keep --beta1.",
         low=0,
         high=1,
         high_open=True,
@@ -229,7 +231,20 @@ class DilocoSettings:
         )
 
 
-INNER_MOMENTUM_DECAY = 0.8  # the default of DilocoSettings.inner_momentum_decay
+# The workers' beta1 by the number of workers M, where neither it nor --beta1 is set.
+# benchmarks/diloco_quality.py as below: up to eight workers 0.7 beat 0.8 in all eleven
+# distinct runs of the trials (by 0.1-1.7 points: diloco_trials_2026-11-28-beta1.md and
+# -seed2.md) and in 22 of the 24 runs of the benchmark's table at M = 4 and 8 (four
+# corpora, seeds 0-2; one tie, one loss of 0.8 points; 0.5 points on average:
+# diloco_trials_2026-11-28-beta07-by-workers.md); with sixteen (two sequences a worker) it
+# lost in seven of twelve runs, by 0.5 points on average, so the longer memory stays there.
+INNER_MOMENTUM_DECAY_BY_WORKERS = ((8, 0.7), (MAX_STEPS, 0.8))
+
+
+def inner_momentum_decay_for(workers: int) -> float:
+    """The workers' default beta1 for M = `workers` (INNER_MOMENTUM_DECAY_BY_WORKERS)."""
+    return next(decay for most, decay in INNER_MOMENTUM_DECAY_BY_WORKERS if workers <= most)
+
 
 # H and the outer momentum by the number of workers M, where the user sets neither.
 # benchmarks/diloco_quality.py, 1000 steps at 32 sequences a step in all, against

@@ -37,9 +37,9 @@ from pcp_diloco.outer_steps import (
     split_fragments,
 )
 from pcp_diloco.settings import (
-    INNER_MOMENTUM_DECAY,
     DilocoSettings,
     DilocoWorkerSettings,
+    inner_momentum_decay_for,
     lr_scale,
 )
 
@@ -95,7 +95,7 @@ def inner_momentum_decay(config: RunConfig) -> dict[str, Any]:
         declared = {field.name: field.default for field in dataclasses.fields(own)}
         if getattr(own, name) != declared[name] or diloco.overlap != "none":
             return {}
-        chosen = INNER_MOMENTUM_DECAY
+        chosen = inner_momentum_decay_for(config.shepherd.workers)
     return {config.optimizer: dataclasses.replace(own, **{name: chosen})}
 
 

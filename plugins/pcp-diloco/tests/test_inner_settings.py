@@ -2,7 +2,8 @@
 `--inner-lr-scaling` (default auto) multiplies --lr and --min-lr by M^0.75 up to four
 workers and by 4^0.75 beyond, and
 `--inner-warmup-steps` (default 400) lengthens the warm-up, and the momentum decay
-(AdamW's beta1) is `--inner-momentum-decay`'s, 0.8 where --beta1 is left at 0.9; nothing
+(AdamW's beta1) is `--inner-momentum-decay`'s, 0.7 up to eight workers and 0.8 beyond
+where --beta1 is left at 0.9; nothing
 else changes. H and
 the outer momentum, left to their defaults, are chosen by M. And the
 inner state a worker zeroes at each round's start: `--inner-momentum reset` (default)
@@ -84,11 +85,13 @@ def test_the_warmup_is_the_longer_of_its_steps_and_warmup_steps(flags: dict, war
 @pytest.mark.parametrize(
     ("flags", "beta1"),
     [
-        ({}, 0.8),  # --beta1 left at its default 0.9: the workers' default
-        ({"workers": 8}, 0.8),
+        ({}, 0.7),  # --beta1 left at its default 0.9: the workers' default
+        ({"workers": 8}, 0.7),
+        ({"workers": 9}, 0.8),  # past eight workers (a batch of 2-3 a worker): 0.8
+        ({"workers": 16}, 0.8),
         ({"beta1": 0.95}, 0.95),  # a --beta1 that is set is used as given
-        ({"inner_momentum_decay": 0.7}, 0.7),
-        ({"inner_momentum_decay": 0.7, "beta1": 0.95}, 0.7),
+        ({"inner_momentum_decay": 0.8}, 0.8),
+        ({"inner_momentum_decay": 0.8, "beta1": 0.95}, 0.8),
         ({"inner_momentum_decay": 0.9}, 0.9),  # the synchronous decay, asked for
         ({"overlap": "delayed"}, 0.9),  # overlapped rounds keep --beta1
         ({"overlap": "ahead", "inner_momentum_decay": 0.8}, 0.8),
