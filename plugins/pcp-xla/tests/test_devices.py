@@ -147,8 +147,12 @@ def test_two_workers_of_two_devices_each_send_what_single_device_workers_send(
     joined = [line for line in log.splitlines() if "worker joined" in line]
     assert sorted(line.split("on devices ")[1][:3] for line in joined) == ["0,1", "2,3"]
     assert [r["workers"] for r in sharded] == [2, 2]  # one result per worker per round
+    # one pseudo-gradient of the whole model a worker, not one a device (twice the bytes);
+    # fp4 Huffman-codes its values, so sums in another order may move its size by a few bytes
     for mine, theirs in zip(sharded, single, strict=True):
-        assert mine["pseudo_gradient_bytes"] == theirs["pseudo_gradient_bytes"]
+        assert mine["pseudo_gradient_bytes"] == pytest.approx(
+            theirs["pseudo_gradient_bytes"], rel=0.01
+        )
     # the same run, split over two devices a worker: the same model to float tolerance
     assert abs(sharded[-1]["val_loss"] - single[-1]["val_loss"]) < 1e-3
 
