@@ -129,13 +129,16 @@ def cluster() -> Iterator[str]:
         cluster.shutdown()
 
 
-def launch(cluster: str, run_dir: Path, steps: int, inner_steps: int = 10) -> subprocess.Popen:
+def launch(
+    cluster: str, run_dir: Path, steps: int, inner_steps: int = 10, *train_flags: str
+) -> subprocess.Popen:
     """`pcp launch ray` of a two-worker DiLoCo run, running (the driver in the foreground)."""
     command = [
         *(sys.executable, "-m", "pcp_core", "launch", "ray", "--workers", "2"),
         *("--run-dir", str(run_dir), "--port", str(free_port()), "-o", f"address={cluster}"),
         *("-o", "shepherd-resources=pcp_shepherd=1", "-o", "worker-resources=pcp_worker=1"),
         *("--", *SETTINGS, "--steps", str(steps), "--inner-steps", str(inner_steps)),
+        *train_flags,
     ]
     env = {**os.environ, "PCP_LOG_FORMAT": "json"}
     return subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env)
@@ -152,7 +155,10 @@ def test_a_killed_worker_actor_is_restarted_by_ray_and_rejoins_and_the_run_ends(
     import ray
 
     run_dir = tmp_path / "run"
-    driver = launch(cluster, run_dir, steps=4000)  # rounds enough to outlast a slow restart
+    # every round needs both workers' results, so the run waits for the restarted worker
+    # however slow Ray's restart is (one worker alone finished the run first: 400 rounds
+    # take about 16 s)
+    driver = launch(cluster, run_dir, 4000, 10, "--min-workers", "2")
     shepherd_log = run_dir / "shepherd.log"
     try:
         wait_for(lambda: rounds_done(run_dir) >= 5, 180, "five rounds")
