@@ -3,7 +3,7 @@
 For each corpus and model, the baseline is one process at batch B (every step sees
 B sequences); DiLoCo runs M = 2 and 4 workers at batch B/M each for the same number
 of steps (the same tokens per step, summed over the workers), with the defaults a user
-gets (H and the outer momentum chosen by M: pcp_diloco.settings.ROUNDS_BY_WORKERS).
+gets (H and the outer momentum chosen by M: pcp_diloco.settings.DEFAULTS_BY_WORKERS).
 Every run is a real `pcp train` on the CPU (DiLoCo with worker processes on capnp-tcp
 over loopback); the final validation loss is measured on the same validation batches
 for all runs. Every cell runs on several seeds (initialisation

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pcp_diloco.settings import ROUNDS_BY_WORKERS
+from pcp_diloco.settings import DEFAULTS_BY_WORKERS
 
 from pcp_core import plugins
 from pcp_core.backends import Backend, set_opt_tensors_through_host, zero_opt_tensors
@@ -48,7 +48,8 @@ from pcp_core.program import nanogpt
 from pcp_core.program.build import build_train_program
 
 RESULTS = Path(__file__).parent / "results"
-DILOCO_ROUND_STEPS = ROUNDS_BY_WORKERS[0][1]  # H of one or two workers, for a round start's share
+# H of one or two workers, for a round start's share
+DILOCO_ROUND_STEPS = DEFAULTS_BY_WORKERS[0].inner_steps
 
 SIZES = {
     "default": {"model": {}, "batch_size": 16, "steps_per_call": 10, "calls": 10},

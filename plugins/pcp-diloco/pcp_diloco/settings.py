@@ -3,6 +3,7 @@
 what its worker side is told with the program."""
 
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 from pcp_core.config import MAX_STEPS, ConfigError
 from pcp_core.settings import setting
@@ -47,7 +48,7 @@ class DilocoSettings:
     # paper's 0.7 and 0.9 lost 4-12% with two workers. With the workers' inner lr and
     # warm-up below, momentum 0.7 beat 0.5 on 5 of 8 corpus and worker-count pairs and
     # in the worst one (four workers on perl-docs: +2.1% against +3.3%); 0.3 lost 3-6%.
-    # Past two workers the rounds are shorter and more (ROUNDS_BY_WORKERS): 0.8 there.
+    # Past two workers the rounds are shorter and more (DEFAULTS_BY_WORKERS): 0.8 there.
     outer_lr: float = setting(1.0, "Outer learning rate.", low=0, low_open=True)
     outer_momentum: float | None = setting(
         None,
@@ -104,7 +105,7 @@ class DilocoSettings:
     # memory than the synchronous 0.9's ten steps suits it. With eight workers (four
     # sequences a worker) 0.85, 0.8 and 0.7 all beat 0.9, 0.95 lost 9-10%
     # (benchmarks/results/diloco_trials_2026-11-28-beta1.md); by M below
-    # (INNER_MOMENTUM_DECAY_BY_WORKERS). Measured without overlap only:
+    # (DEFAULTS_BY_WORKERS). Measured without overlap only:
     # overlapped rounds fold in stale moves, and there (test_overlap's 120-step run) 0.8
     # ended at 2.47 where 0.9 ended at 2.38, so they keep --beta1.
     inner_momentum_decay: float | None = setting(
@@ -226,42 +227,51 @@ class DilocoSettings:
             outer_momentum=(
                 self.outer_momentum
                 if self.outer_momentum is not None
-                else outer_momentum_for(workers)
+                else defaults_for(workers).outer_momentum
             ),
         )
 
 
-# The workers' beta1 by the number of workers M, where neither it nor --beta1 is set.
-# benchmarks/diloco_quality.py as below: up to eight workers 0.7 beat 0.8 in all eleven
-# distinct runs of the trials (by 0.1-1.7 points: diloco_trials_2026-11-28-beta1.md and
-# -seed2.md) and in 22 of the 24 runs of the benchmark's table at M = 4 and 8 (four
-# corpora, seeds 0-2; one tie, one loss of 0.8 points; 0.5 points on average:
-# diloco_trials_2026-11-28-beta07-by-workers.md); with sixteen (two sequences a worker) it
-# lost in seven of twelve runs, by 0.5 points on average, so the longer memory stays there.
-INNER_MOMENTUM_DECAY_BY_WORKERS = ((8, 0.7), (MAX_STEPS, 0.8))
+class WorkerCountDefaults(NamedTuple):
+    """What DiLoCo chooses for up to `most_workers` workers, where the user leaves it."""
+
+    most_workers: int
+    inner_steps: int  # H (rounds_for fits it to --steps)
+    outer_momentum: float
+    inner_momentum_decay: float  # the workers' beta1, where --beta1 is left at 0.9
 
 
-def inner_momentum_decay_for(workers: int) -> float:
-    """The workers' default beta1 for M = `workers` (INNER_MOMENTUM_DECAY_BY_WORKERS)."""
-    return next(decay for most, decay in INNER_MOMENTUM_DECAY_BY_WORKERS if workers <= most)
-
-
-# H and the outer momentum by the number of workers M, where the user sets neither.
 # benchmarks/diloco_quality.py, 1000 steps at 32 sequences a step in all, against
-# synchronous training (benchmarks/results/diloco_trials_2026-11-28-m8-joint.md): past two
-# workers, H = 25 with momentum 0.8 (40 rounds, each pseudo-gradient carried for about 5)
-# took eight workers from +4.9/+10.7% to +2.2/+4.0% (two corpora, three seeds) and four
+# synchronous training.
+# H and the outer momentum (benchmarks/results/diloco_trials_2026-11-28-m8-joint.md): past
+# two workers, H = 25 with momentum 0.8 (40 rounds, each pseudo-gradient carried for about
+# 5) took eight workers from +4.9/+10.7% to +2.2/+4.0% (two corpora, three seeds) and four
 # from +1.0/+1.2% to -0.1/-0.7%; at sixteen H = 20 beat 25 and 10. Two workers were
 # already below synchronous with H = 50 and 0.7, at half the bytes.
-ROUNDS_BY_WORKERS = ((2, 50, 0.7), (8, 25, 0.8), (MAX_STEPS, 20, 0.8))
+# The workers' beta1: up to eight workers 0.7 beat 0.8 in all eleven distinct runs of the
+# trials (by 0.1-1.7 points: diloco_trials_2026-11-28-beta1.md and -seed2.md) and in 22 of
+# the 24 runs of the benchmark's table at M = 4 and 8 (four corpora, seeds 0-2; one tie,
+# one loss of 0.8 points; 0.5 points on average:
+# diloco_trials_2026-11-28-beta07-by-workers.md); with sixteen (two sequences a worker) it
+# lost in seven of twelve runs, by 0.5 points on average, so the longer memory stays there.
+DEFAULTS_BY_WORKERS = (
+    WorkerCountDefaults(2, 50, 0.7, 0.7),
+    WorkerCountDefaults(8, 25, 0.8, 0.7),
+    WorkerCountDefaults(MAX_STEPS, 20, 0.8, 0.8),
+)
+
+
+def defaults_for(workers: int) -> WorkerCountDefaults:
+    """DEFAULTS_BY_WORKERS' row for M = `workers`."""
+    return next(row for row in DEFAULTS_BY_WORKERS if workers <= row.most_workers)
 
 
 def rounds_for(workers: int, steps: int, fragments: int = 1) -> int:
-    """The default H for M = `workers` (ROUNDS_BY_WORKERS): the largest divisor of
+    """The default H for M = `workers` (DEFAULTS_BY_WORKERS): the largest divisor of
     `steps` not above it that `fragments` divides, so that the run is whole rounds;
     ConfigError where that would be under half of it (a round would talk twice as often:
     pass --inner-steps)."""
-    target = next(h for most, h, _ in ROUNDS_BY_WORKERS if workers <= most)
+    target = defaults_for(workers).inner_steps
     most = min(target, steps)
     fits = [h for h in range(most, 0, -1) if steps % h == 0 and h % fragments == 0]
     if not fits or 2 * fits[0] < most:
@@ -273,11 +283,6 @@ def rounds_for(workers: int, steps: int, fragments: int = 1) -> int:
             f"multiple of {whole}"
         )
     return fits[0]
-
-
-def outer_momentum_for(workers: int) -> float:
-    """The default outer momentum for M = `workers` (ROUNDS_BY_WORKERS)."""
-    return next(momentum for most, _, momentum in ROUNDS_BY_WORKERS if workers <= most)
 
 
 BUDGET_WRONG = "must be steps, auto or a duration in seconds such as 30s"

@@ -39,7 +39,7 @@ from pcp_diloco.outer_steps import (
 from pcp_diloco.settings import (
     DilocoSettings,
     DilocoWorkerSettings,
-    inner_momentum_decay_for,
+    defaults_for,
     lr_scale,
 )
 
@@ -95,7 +95,7 @@ def inner_momentum_decay(config: RunConfig) -> dict[str, Any]:
         declared = {field.name: field.default for field in dataclasses.fields(own)}
         if getattr(own, name) != declared[name] or diloco.overlap != "none":
             return {}
-        chosen = inner_momentum_decay_for(config.shepherd.workers)
+        chosen = defaults_for(config.shepherd.workers).inner_momentum_decay
     return {config.optimizer: dataclasses.replace(own, **{name: chosen})}
 
 

@@ -3,11 +3,9 @@
 workers and by 4^0.75 beyond, and
 `--inner-warmup-steps` (default 400) lengthens the warm-up, and the momentum decay
 (AdamW's beta1) is `--inner-momentum-decay`'s, 0.7 up to eight workers and 0.8 beyond
-where --beta1 is left at 0.9; nothing
-else changes. H and
-the outer momentum, left to their defaults, are chosen by M. And the
-inner state a worker zeroes at each round's start: `--inner-momentum reset` (default)
-names AdamW's first moments."""
+where --beta1 is left at 0.9; nothing else changes. H and the outer momentum, left to
+their defaults, are chosen by M. And the inner state a worker zeroes at each round's
+start: `--inner-momentum reset` (default) names AdamW's first moments."""
 
 import dataclasses
 import math
