@@ -65,6 +65,7 @@ CHOICES = {
     "bf16_norm": ("nanogpt", "BF16_NORM_OUTPUT_PLATFORMS"),
     "bf16_branch": ("nanogpt", "BF16_RESIDUAL_BRANCH_PLATFORMS"),
     "bf16_logits": ("nanogpt", "BF16_LOGITS_PLATFORMS"),
+    "norm_folded": ("nanogpt", "NORM_FOLDED_PLATFORMS"),
     "compiler_options": ("runtime", "COMPILER_OPTIONS"),  # pcp_xla.runtime's, by platform
 }
 CUDA, NONE = ("cuda",), ()
@@ -72,7 +73,7 @@ EXACT = {"cuda": {"xla_allow_excess_precision": False}}  # XLA keeps the program
 # the CUDA export's choices added on 2026-11-26 (the residual stream, layer norm, logits)
 TODAY = ("bf16_norm", "bf16_branch", "bf16_logits", "norm_statistics", "residual_gradient")
 LATEST = ("norm_one_pass", "dense_gelu", "norm_one_sum")
-NEWER = dict.fromkeys((*TODAY, *LATEST), NONE)
+NEWER = dict.fromkeys((*TODAY, *LATEST, "norm_folded"), NONE)
 ONE_PASS_GELU = {"norm_one_pass": CUDA, "dense_gelu": CUDA}
 ROUNDED = {"bf16_norm": CUDA, "bf16_branch": CUDA, "bf16_logits": CUDA}  # as autocast rounds
 # the CUDA export's choices added on 2026-11-25 (second H100 session), off in the older variants
@@ -115,7 +116,9 @@ XLA_VARIANTS: dict[str, dict[str, Any]] = {
     "one-pass-dense-gelu": {**NEWER, **dict.fromkeys(TODAY, CUDA), **ONE_PASS_GELU},
     # then, on top of that: layer norm's two gradient sums in one (the log-sum-exp in blocks
     # of 128, `blocked`, was measured on 2026-11-26 and dropped)
-    "one-sum": dict.fromkeys(NEWER, CUDA),
+    "one-sum": {**dict.fromkeys(NEWER, CUDA), "norm_folded": NONE},
+    # then (2026-11-29) layer norm's weight and bias folded into the product after it
+    "unfolded": {"norm_folded": NONE},
 }
 
 

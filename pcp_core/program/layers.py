@@ -96,6 +96,35 @@ def column_sums(a, b):
     return jax.lax.reduce(rows, zeros, lambda x, y: (x[0] + y[0], x[1] + y[1]), (0,))
 
 
+def _statistics(x, eps: float = 1e-5):
+    """Each row's mean and 1/σ over the last axis."""
+    import jax.numpy as jnp
+
+    mean = jnp.mean(x, axis=-1, keepdims=True)
+    if export_platform() in LAYER_NORM_ONE_PASS_PLATFORMS:  # (float32: |mean| ≪ 2¹² σ)
+        variance = jnp.maximum(jnp.mean(x * x, axis=-1, keepdims=True) - mean * mean, 0.0)
+        return mean, 1.0 / jnp.sqrt(variance + eps)
+    # Not `x - mean`: its gradient would be sum(-g), which IREE turns into a
+    # subtracting reduction it cannot tile on GPU targets ("Failed to get an
+    # identity value for the reduction operation"); the values are identical.
+    centred = x + (-mean)
+    variance = jnp.mean(centred * centred, axis=-1, keepdims=True)
+    return mean, 1.0 / jnp.sqrt(variance + eps)
+
+
+def _normalized_gradient(x, mean, inverse_std, g_hat):
+    """The gradient of x through x̂ = (x - mean) / σ, given x̂'s `g_hat`; and x̂."""
+    import jax
+    import jax.numpy as jnp
+
+    if export_platform() in LAYER_NORM_STATISTICS_KEPT_PLATFORMS:
+        mean, inverse_std = jax.lax.optimization_barrier((mean, inverse_std))
+    x_hat = (x + (-mean)) * inverse_std
+    mean_g = jnp.mean(g_hat, axis=-1, keepdims=True)
+    mean_g_x = jnp.mean(g_hat * x_hat, axis=-1, keepdims=True)
+    return inverse_std * (g_hat - mean_g - x_hat * mean_g_x), x_hat
+
+
 @functools.cache
 def layer_norm(out_dtype: str = "float32"):
     """Layer norm over the last axis, `x̂ * weight + bias`, with a hand-written gradient.
@@ -110,33 +139,15 @@ def layer_norm(out_dtype: str = "float32"):
     import jax
     import jax.numpy as jnp
 
-    def statistics(x, eps: float = 1e-5):
-        mean = jnp.mean(x, axis=-1, keepdims=True)
-        if export_platform() in LAYER_NORM_ONE_PASS_PLATFORMS:  # (float32: |mean| ≪ 2¹² σ)
-            variance = jnp.maximum(jnp.mean(x * x, axis=-1, keepdims=True) - mean * mean, 0.0)
-            return mean, 1.0 / jnp.sqrt(variance + eps)
-        # Not `x - mean`: its gradient would be sum(-g), which IREE turns into a
-        # subtracting reduction it cannot tile on GPU targets ("Failed to get an
-        # identity value for the reduction operation"); the values are identical.
-        centred = x + (-mean)
-        variance = jnp.mean(centred * centred, axis=-1, keepdims=True)
-        return mean, 1.0 / jnp.sqrt(variance + eps)
-
     def forward(x, weight, bias):
-        mean, inverse_std = statistics(x)
+        mean, inverse_std = _statistics(x)
         out = ((x + (-mean)) * inverse_std * weight + bias).astype(out_dtype)
         return out, (x, mean, inverse_std, weight)
 
     def backward(residuals, g):
         x, mean, inverse_std, weight = residuals
         g = g.astype(jnp.float32)
-        if export_platform() in LAYER_NORM_STATISTICS_KEPT_PLATFORMS:
-            mean, inverse_std = jax.lax.optimization_barrier((mean, inverse_std))
-        x_hat = (x + (-mean)) * inverse_std
-        g_hat = g * weight
-        mean_g = jnp.mean(g_hat, axis=-1, keepdims=True)
-        mean_g_x = jnp.mean(g_hat * x_hat, axis=-1, keepdims=True)
-        grad_x = inverse_std * (g_hat - mean_g - x_hat * mean_g_x)
+        grad_x, x_hat = _normalized_gradient(x, mean, inverse_std, g * weight)
         if export_platform() in LAYER_NORM_ONE_SUM_PLATFORMS:
             return grad_x, *column_sums(g * x_hat, g)
         return grad_x, column_sum(g * x_hat), column_sum(g)
@@ -144,6 +155,26 @@ def layer_norm(out_dtype: str = "float32"):
     layer_norm = jax.custom_vjp(lambda x, weight, bias: forward(x, weight, bias)[0])
     layer_norm.defvjp(forward, backward)
     return layer_norm
+
+
+@functools.cache
+def normalized(out_dtype: str = "float32"):
+    """x̂ = (x - mean) / σ over the last axis: `layer_norm` without its weight and bias,
+    for a product that takes them into its own (see nanogpt's `NORM_FOLDED_PLATFORMS`).
+    The same gradient, with no sums over the rows for a weight and a bias."""
+    import jax
+    import jax.numpy as jnp
+
+    def forward(x):
+        mean, inverse_std = _statistics(x)
+        return ((x + (-mean)) * inverse_std).astype(out_dtype), (x, mean, inverse_std)
+
+    def backward(residuals, g):
+        return (_normalized_gradient(*residuals, g.astype(jnp.float32))[0],)
+
+    normalized = jax.custom_vjp(lambda x: forward(x)[0])
+    normalized.defvjp(forward, backward)
+    return normalized
 
 
 @functools.cache

@@ -51,6 +51,12 @@ BF16_LOGITS_PLATFORMS: tuple[str, ...] = ("cuda",)
 # norm's backward pass (see `layers.kept_gradient`): on an H200, with the roundings above
 # and layer norm's statistics kept, 19.50 → 19.12 ms a step at batch 8, even at 16.
 RESIDUAL_GRADIENT_KEPT_PLATFORMS: tuple[str, ...] = ("cuda",)
+# Platforms whose exported program folds each block's layer norm weight w and bias b into
+# the product that reads the norm (see `_normed`): (x̂·w + b)·W + c = x̂·(w∘W) + (b·W + c),
+# the same function of the same parameters. Layer norm's backward pass then sums nothing
+# over the rows (a pass that read its [tokens, width] input and gradient again for two
+# [width] sums); w's and b's gradients come from weight-sized sums over W's gradient.
+NORM_FOLDED_PLATFORMS: tuple[str, ...] = ("cuda",)
 
 DEFAULTS = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 64, "vocab_size": 256}
 
@@ -121,6 +127,24 @@ def _dense(params: Params, name: str, x, precision: str, out_dtype=None):
         return layers.add_bias()(precisions.matmul(x, weight, precision), bias)
     out = jnp.dtype(out_dtype or jnp.float32).name
     return layers.rounded_dense(precision, jnp.dtype(x.dtype).name, out)(x, weight, bias)
+
+
+def _normed(params: Params, norm: str, dense: str, x, out_dtype: str, fold: bool):
+    """The layer norm `norm` of `x` in `out_dtype`, and the parameters that the layer
+    `dense`, which reads it, takes: with `fold`, x̂ alone, and `dense`'s weight and bias
+    with the norm's folded in (see `NORM_FOLDED_PLATFORMS`)."""
+    import jax.numpy as jnp
+
+    weight, bias = params[norm + ".weight"], params[norm + ".bias"]
+    if not fold:
+        return layers.layer_norm(out_dtype)(x, weight, bias), params
+    matrix = params[dense + ".weight"]
+    folded = {
+        dense + ".weight": weight[:, None] * matrix,
+        # a sum, not a product: float32 throughout, where XLA may take TF32 for a product
+        dense + ".bias": params[dense + ".bias"] + jnp.sum(bias[:, None] * matrix, axis=0),
+    }
+    return layers.normalized(out_dtype)(x), params | folded
 
 
 def _dense_gelu(params: Params, name: str, x, precision: str, out_dtype):
@@ -216,16 +240,21 @@ def logits(config: Mapping[str, int], params: Params, tokens, precision: str = "
     x = embed(params["wte"], tokens) + params["wpe"][:time]
     hidden = jnp.bfloat16 if precisions.bf16_hidden(precision) else None
     in_bf16 = _bf16_where(precision, BF16_NORM_OUTPUT_PLATFORMS) is not None
-    norm = layers.layer_norm("bfloat16") if in_bf16 else layers.layer_norm()
+    normed = functools.partial(
+        _normed,
+        params,
+        out_dtype="bfloat16" if in_bf16 else "float32",
+        fold=export_platform() in NORM_FOLDED_PLATFORMS,
+    )
     branch = _bf16_where(precision, BF16_RESIDUAL_BRANCH_PLATFORMS)
     kept = export_platform() in RESIDUAL_GRADIENT_KEPT_PLATFORMS
     residual = layers.kept_gradient() if kept else (lambda x: x)
     for i in range(config["n_layer"]):
         p = f"h.{i}."
-        h = norm(x, params[p + "ln_1.weight"], params[p + "ln_1.bias"])
-        x = residual(x + _attention(config, params, p + "attn.", h, precision))
-        h = norm(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"])
-        h = _dense_gelu(params, p + "mlp.c_fc", h, precision, hidden)
+        h, block = normed(p + "ln_1", p + "attn.c_attn", x)
+        x = residual(x + _attention(config, block, p + "attn.", h, precision))
+        h, block = normed(p + "ln_2", p + "mlp.c_fc", x)
+        h = _dense_gelu(block, p + "mlp.c_fc", h, precision, hidden)
         x = residual(x + _dense(params, p + "mlp.c_proj", h, precision, branch))
     x = layers.layer_norm()(x, params["ln_f.weight"], params["ln_f.bias"])
     in_bf16 = _bf16_where(precision, BF16_LOGITS_PLATFORMS) is not None
