@@ -36,8 +36,8 @@ class DilocoSettings:
 
     inner_steps: int | None = setting(
         None,
-        "Inner steps per round (H). Default: by the number of workers M, 50 up to two, 25 "
-        "up to eight, 20 beyond (the largest divisor of --steps not above that).",
+        "Inner steps per round (H). Default: by the number of workers M, 50 up to two, 20 "
+        "beyond (the largest divisor of --steps not above that).",
         low=0,
         low_open=True,
         high=MAX_STEPS,
@@ -247,7 +247,11 @@ class WorkerCountDefaults(NamedTuple):
 # two workers, H = 25 with momentum 0.8 (40 rounds, each pseudo-gradient carried for about
 # 5) took eight workers from +4.9/+10.7% to +2.2/+4.0% (two corpora, three seeds) and four
 # from +1.0/+1.2% to -0.1/-0.7%; at sixteen H = 20 beat 25 and 10. Two workers were
-# already below synchronous with H = 50 and 0.7, at half the bytes.
+# already below synchronous with H = 50 and 0.7, at half the bytes. Then, with the workers'
+# beta1 below, H = 20 beat 25 from three workers up: at eight in 10 of 12 runs on five
+# corpora (diloco_trials_2026-11-28-m8-tail), at four in all 11 (-m4-h20), and in 21 of
+# the 24 runs of the benchmark's table at M = 4 and 8 (0.9 points on average, the three
+# losses on village: diloco_trials_2026-11-29-h20-by-workers.md), for 21% more bytes.
 # The workers' beta1: up to eight workers 0.7 beat 0.8 in all eleven distinct runs of the
 # trials (by 0.1-1.7 points: diloco_trials_2026-11-28-beta1.md and -seed2.md) and in 22 of
 # the 24 runs of the benchmark's table at M = 4 and 8 (four corpora, seeds 0-2; one tie,
@@ -256,7 +260,7 @@ class WorkerCountDefaults(NamedTuple):
 # lost in seven of twelve runs, by 0.5 points on average, so the longer memory stays there.
 DEFAULTS_BY_WORKERS = (
     WorkerCountDefaults(2, 50, 0.7, 0.7),
-    WorkerCountDefaults(8, 25, 0.8, 0.7),
+    WorkerCountDefaults(8, 20, 0.8, 0.7),
     WorkerCountDefaults(MAX_STEPS, 20, 0.8, 0.8),
 )
 

@@ -115,12 +115,12 @@ def chosen(flags: dict) -> tuple[int, float]:
     [
         (1, 1000, (50, 0.7)),
         (2, 1000, (50, 0.7)),
-        (3, 1000, (25, 0.8)),
-        (8, 1000, (25, 0.8)),
+        (3, 1000, (20, 0.8)),
+        (8, 1000, (20, 0.8)),
         (9, 1000, (20, 0.8)),
         (16, 1000, (20, 0.8)),
-        (8, 300, (25, 0.8)),
-        (8, 30, (15, 0.8)),  # the largest divisor of --steps not above 25
+        (8, 300, (20, 0.8)),
+        (8, 30, (15, 0.8)),  # the largest divisor of --steps not above 20
         (8, 10, (10, 0.8)),  # a run shorter than a round: one round
     ],
 )
@@ -145,9 +145,9 @@ def test_a_chosen_h_is_one_that_the_fragments_divide() -> None:
     ("flags", "message"),
     [
         (
-            {"workers": 8, "steps": 1010},
-            "no inner_steps for 8 workers: steps (1010) has no divisor from 13 to 25; "
-            "pass --inner-steps, or --steps a multiple of 25",
+            {"workers": 8, "steps": 1006},
+            "no inner_steps for 8 workers: steps (1006) has no divisor from 10 to 20; "
+            "pass --inner-steps, or --steps a multiple of 20",
         ),
         (
             {"workers": 2, "steps": 20, "fragments": 3},
