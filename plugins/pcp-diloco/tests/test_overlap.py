@@ -63,7 +63,9 @@ def test_an_overlapped_run_trains_as_far_as_a_blocking_one(tmp_path: Path) -> No
     # stale steps before each fold cost a little (docs/wan.md); a round run from the wrong
     # point, or a move never folded in, costs far more than this
     assert overlapped["final_val_loss"] < 1.15 * blocking["final_val_loss"]
-    assert overlapped["final_val_loss"] < 0.8 * overlapped["unigram_entropy"]
+    # and it learned: where each worker's rounds arrive moves where an overlapped run ends
+    # (2.38 to 2.47 in 120 steps, 0.77-0.80 of the unigram entropy; CI, 2026-11-29)
+    assert overlapped["final_val_loss"] < 0.85 * overlapped["unigram_entropy"]
     for worker in ("worker-0", "worker-1"):
         log = (tmp_path / "overlapped" / f"{worker}.log").read_text()
         assert log.count("speculative round dropped") <= 1  # only the one the Stop ends
