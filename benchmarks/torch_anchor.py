@@ -66,6 +66,7 @@ CHOICES = {
     "bf16_branch": ("nanogpt", "BF16_RESIDUAL_BRANCH_PLATFORMS"),
     "bf16_logits": ("nanogpt", "BF16_LOGITS_PLATFORMS"),
     "norm_folded": ("nanogpt", "NORM_FOLDED_PLATFORMS"),
+    "vectors_grouped": ("vectors", "GROUPED_PLATFORMS"),
     "compiler_options": ("runtime", "COMPILER_OPTIONS"),  # pcp_xla.runtime's, by platform
 }
 CUDA, NONE = ("cuda",), ()
@@ -73,7 +74,7 @@ EXACT = {"cuda": {"xla_allow_excess_precision": False}}  # XLA keeps the program
 # the CUDA export's choices added on 2026-11-26 (the residual stream, layer norm, logits)
 TODAY = ("bf16_norm", "bf16_branch", "bf16_logits", "norm_statistics", "residual_gradient")
 LATEST = ("norm_one_pass", "dense_gelu", "norm_one_sum")
-NEWER = dict.fromkeys((*TODAY, *LATEST, "norm_folded"), NONE)
+NEWER = dict.fromkeys((*TODAY, *LATEST, "norm_folded", "vectors_grouped"), NONE)
 ONE_PASS_GELU = {"norm_one_pass": CUDA, "dense_gelu": CUDA}
 ROUNDED = {"bf16_norm": CUDA, "bf16_branch": CUDA, "bf16_logits": CUDA}  # as autocast rounds
 # the CUDA export's choices added on 2026-11-25 (second H100 session), off in the older variants
@@ -116,9 +117,11 @@ XLA_VARIANTS: dict[str, dict[str, Any]] = {
     "one-pass-dense-gelu": {**NEWER, **dict.fromkeys(TODAY, CUDA), **ONE_PASS_GELU},
     # then, on top of that: layer norm's two gradient sums in one (the log-sum-exp in blocks
     # of 128, `blocked`, was measured on 2026-11-26 and dropped)
-    "one-sum": {**dict.fromkeys(NEWER, CUDA), "norm_folded": NONE},
+    "one-sum": {**dict.fromkeys(NEWER, CUDA), "norm_folded": NONE, "vectors_grouped": NONE},
     # then (2026-11-29) layer norm's weight and bias folded into the product after it
-    "unfolded": {"norm_folded": NONE},
+    "unfolded": {"norm_folded": NONE, "vectors_grouped": NONE},
+    # then (2026-11-29, later) the vectors joined for the optimizer (pcp_core.program.vectors)
+    "ungrouped": {"vectors_grouped": NONE},
 }
 
 
@@ -337,7 +340,10 @@ def run_torch(
 
 def kernel_table(call: Any, rows: int = 200) -> str | None:
     """The GPU kernels that `call` ran, by total time, as torch's profiler (CUPTI) saw
-    them: it sees every kernel of the process, XLA's too. None without a CUDA GPU."""
+    them (it sees every kernel of the process, XLA's too), then where the GPU sat idle
+    between them (`idle_report`). None without a CUDA GPU."""
+    import tempfile
+
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -347,7 +353,41 @@ def kernel_table(call: Any, rows: int = 200) -> str | None:
     with profile(activities=[ProfilerActivity.CUDA]) as profiler:
         call()
         torch.cuda.synchronize()
-    return profiler.key_averages().table(sort_by="cuda_time_total", row_limit=rows)
+    table = profiler.key_averages().table(sort_by="cuda_time_total", row_limit=rows)
+    with tempfile.TemporaryDirectory() as scratch:
+        trace = Path(scratch) / "trace.json"
+        profiler.export_chrome_trace(str(trace))
+        events = json.loads(trace.read_text()).get("traceEvents", [])
+    return table + "\n" + idle_report(events)
+
+
+def idle_report(events: list[dict[str, Any]], rows: int = 25) -> str:
+    """From a chrome trace's GPU events (kernels, copies, memsets, one stream or
+    several): the time they cover, the time between them, and the kernels the GPU
+    waited longest before (the idle time before each start, summed by name)."""
+    gpu = sorted(
+        (e for e in events if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset")),
+        key=lambda e: e["ts"],
+    )
+    if not gpu:
+        return "no GPU events in the trace\n"
+    busy_until, idle, waits = gpu[0]["ts"], 0.0, {}
+    for event in gpu:
+        gap = max(0.0, event["ts"] - busy_until)
+        idle += gap
+        name = event.get("name", "?")[:70]
+        count, total = waits.get(name, (0, 0.0))
+        waits[name] = (count + 1, total + gap)
+        busy_until = max(busy_until, event["ts"] + event.get("dur", 0))
+    span = busy_until - gpu[0]["ts"]
+    lines = [
+        f"GPU events: {len(gpu)}, first start to last end {span / 1e3:.2f} ms, "
+        f"idle between them {idle / 1e3:.2f} ms ({idle / max(len(gpu) - 1, 1):.2f} us a gap)",
+        "idle before (us, summed) | starts | name",
+    ]
+    worst = sorted(waits.items(), key=lambda item: -item[1][1])[:rows]
+    lines += [f"{total:10.1f} | {count:6d} | {name}" for name, (count, total) in worst]
+    return "\n".join(lines) + "\n"
 
 
 def synchronize(device: Any) -> None:
@@ -375,10 +415,10 @@ def xla_variant(name: str) -> Iterator[None]:
     """The CUDA export's per-platform choices as `XLA_VARIANTS[name]` says."""
     from pcp_xla import runtime
 
-    from pcp_core.program import layers, losses, nanogpt, precision
+    from pcp_core.program import layers, losses, nanogpt, precision, vectors
 
     modules = {"nanogpt": nanogpt, "layers": layers, "losses": losses}
-    modules |= {"precision": precision, "runtime": runtime}
+    modules |= {"precision": precision, "runtime": runtime, "vectors": vectors}
     where = {key: (modules[module], attribute) for key, (module, attribute) in CHOICES.items()}
     saved = {key: getattr(*where[key]) for key in CHOICES}
     for key, platforms in XLA_VARIANTS[name].items():

@@ -11,6 +11,7 @@ from typing import Any, NamedTuple
 
 from pcp_core import hookimpl
 from pcp_core.optimizers import (
+    ElementwiseTransformation,
     GradientTransformation,
     InnerOptimizer,
     InnerSettings,
@@ -46,7 +47,6 @@ class LionState(NamedTuple):
 def build(settings: InnerSettings) -> GradientTransformation:
     import jax
     import jax.numpy as jnp
-    import optax
 
     schedule = learning_rate(settings)
     own = own_settings(settings, LionSettings)
@@ -66,7 +66,8 @@ def build(settings: InnerSettings) -> GradientTransformation:
         momentum = jax.tree_util.tree_map(lambda g, m: b2 * m + (1 - b2) * g, grads, state.momentum)
         return updates, LionState(state.count + 1, momentum)
 
-    return clipped(settings, optax.GradientTransformation(init, update))
+    # Elementwise: on a GPU the program may hand it all vectors as one (one kernel).
+    return ElementwiseTransformation(*clipped(settings, ElementwiseTransformation(init, update)))
 
 
 LION = InnerOptimizer(
