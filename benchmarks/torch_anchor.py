@@ -32,7 +32,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -66,7 +66,6 @@ CHOICES = {
     "bf16_branch": ("nanogpt", "BF16_RESIDUAL_BRANCH_PLATFORMS"),
     "bf16_logits": ("nanogpt", "BF16_LOGITS_PLATFORMS"),
     "norm_folded": ("nanogpt", "NORM_FOLDED_PLATFORMS"),
-    "vectors_grouped": ("vectors", "GROUPED_PLATFORMS"),
     "compiler_options": ("runtime", "COMPILER_OPTIONS"),  # pcp_xla.runtime's, by platform
 }
 CUDA, NONE = ("cuda",), ()
@@ -74,7 +73,7 @@ EXACT = {"cuda": {"xla_allow_excess_precision": False}}  # XLA keeps the program
 # the CUDA export's choices added on 2026-11-26 (the residual stream, layer norm, logits)
 TODAY = ("bf16_norm", "bf16_branch", "bf16_logits", "norm_statistics", "residual_gradient")
 LATEST = ("norm_one_pass", "dense_gelu", "norm_one_sum")
-NEWER = dict.fromkeys((*TODAY, *LATEST, "norm_folded", "vectors_grouped"), NONE)
+NEWER = dict.fromkeys((*TODAY, *LATEST, "norm_folded"), NONE)
 ONE_PASS_GELU = {"norm_one_pass": CUDA, "dense_gelu": CUDA}
 ROUNDED = {"bf16_norm": CUDA, "bf16_branch": CUDA, "bf16_logits": CUDA}  # as autocast rounds
 # the CUDA export's choices added on 2026-11-25 (second H100 session), off in the older variants
@@ -117,11 +116,9 @@ XLA_VARIANTS: dict[str, dict[str, Any]] = {
     "one-pass-dense-gelu": {**NEWER, **dict.fromkeys(TODAY, CUDA), **ONE_PASS_GELU},
     # then, on top of that: layer norm's two gradient sums in one (the log-sum-exp in blocks
     # of 128, `blocked`, was measured on 2026-11-26 and dropped)
-    "one-sum": {**dict.fromkeys(NEWER, CUDA), "norm_folded": NONE, "vectors_grouped": NONE},
+    "one-sum": {**dict.fromkeys(NEWER, CUDA), "norm_folded": NONE},
     # then (2026-11-29) layer norm's weight and bias folded into the product after it
-    "unfolded": {"norm_folded": NONE, "vectors_grouped": NONE},
-    # then (2026-11-29, later) the vectors joined for the optimizer (pcp_core.program.vectors)
-    "ungrouped": {"vectors_grouped": NONE},
+    "unfolded": {"norm_folded": NONE},
 }
 
 
@@ -288,9 +285,11 @@ def run_torch(
     precision: str,
     device_name: str,
     profile: bool = False,
+    pipelined: bool = False,
 ) -> dict[str, Any]:
-    """`way` ("eager" or "compiled") over `batches`: ms a step of each call, losses;
-    with `profile`, the GPU kernels of one more call (see `kernel_table`)."""
+    """`way` ("eager" or "compiled") over `batches`: ms a step of each call, losses
+    (`timed_calls`, `pipelined` or not); with `profile`, the GPU kernels of one more
+    call (see `kernel_table`)."""
     import torch
 
     from pcp_core.optimizers import InnerSettings
@@ -317,15 +316,29 @@ def run_torch(
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
-    times, losses = [], []
-    for call, (inputs, targets) in enumerate(batches):
-        synchronize(device)
-        started = time.perf_counter()
+    def start(call: int) -> Callable[[], list[float]]:
+        """Queue call `call`'s K steps; the returned function waits for their losses,
+        copied to pinned host memory behind them (so the next call may be queued first)."""
+        inputs, targets = batches[call]
         x = torch.from_numpy(inputs).to(device, torch.long, non_blocking=True)
         y = torch.from_numpy(targets).to(device, torch.long, non_blocking=True)
-        call_losses = [step(x[i], y[i], rates[call * k + i]) for i in range(k)]
-        losses += torch.stack(call_losses).float().cpu().tolist()  # waits for the GPU
-        times.append((time.perf_counter() - started) / k)
+        call_losses = torch.stack([step(x[i], y[i], rates[call * k + i]) for i in range(k)])
+        host = torch.empty(k, pin_memory=device.type == "cuda")
+        host.copy_(call_losses.float(), non_blocking=True)
+        copied = torch.cuda.Event() if device.type == "cuda" else None
+        if copied is not None:
+            copied.record()
+
+        def fetch() -> list[float]:
+            if copied is not None:
+                copied.synchronize()
+            return host.tolist()
+
+        return fetch
+
+    synchronize(device)
+    starts = [functools.partial(start, c) for c in range(len(batches))]
+    times, losses = timed_calls(starts, k, pipelined)
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
     result = {"times": times, "losses": losses, "peak_memory_gb": round(peak / 2**30, 2)}
     if profile:
@@ -336,6 +349,36 @@ def run_torch(
             lambda: torch.stack([step(x[i], y[i], rates[-1]) for i in range(k)]).cpu()
         )
     return result
+
+
+def timed_calls(
+    starts: list[Callable[[], Callable[[], list[float]]]], k: int, pipelined: bool
+) -> tuple[list[float], list[float]]:
+    """Seconds a step of each call, and the losses, of calls that `starts` queue (each
+    returns a function that waits for that call's K losses).
+
+    Waited for one by one, a call's time runs from its start to its losses on the host,
+    so it holds the host's work to start it and the wait for its losses with the GPU
+    idle. `pipelined`, as `pcp train` and DiLoCo's workers run (`pcp_core.backends.
+    dispatch`), the next call is queued before the last one's losses are read, and a
+    call's time runs from one call's losses to the next's."""
+    times, losses = [], []
+    started = time.perf_counter()
+    waiting: Callable[[], list[float]] | None = None
+    for start in starts:
+        queued = start()
+        if not pipelined:
+            waiting, queued = queued, None
+        if waiting is not None:
+            losses += waiting()
+            now = time.perf_counter()
+            times.append((now - started) / k)
+            started = now
+        waiting = queued
+    if waiting is not None:
+        losses += waiting()
+        times.append((time.perf_counter() - started) / k)
+    return times, losses
 
 
 def kernel_table(call: Any, rows: int = 200) -> str | None:
@@ -415,10 +458,10 @@ def xla_variant(name: str) -> Iterator[None]:
     """The CUDA export's per-platform choices as `XLA_VARIANTS[name]` says."""
     from pcp_xla import runtime
 
-    from pcp_core.program import layers, losses, nanogpt, precision, vectors
+    from pcp_core.program import layers, losses, nanogpt, precision
 
     modules = {"nanogpt": nanogpt, "layers": layers, "losses": losses}
-    modules |= {"precision": precision, "runtime": runtime, "vectors": vectors}
+    modules |= {"precision": precision, "runtime": runtime}
     where = {key: (modules[module], attribute) for key, (module, attribute) in CHOICES.items()}
     saved = {key: getattr(*where[key]) for key in CHOICES}
     for key, platforms in XLA_VARIANTS[name].items():
@@ -437,9 +480,11 @@ def run_xla(
     batches: list[tuple[np.ndarray, np.ndarray]],
     profile: bool = False,
     hlo: Path | None = None,
+    pipelined: bool = False,
 ) -> dict[str, Any]:
-    """PCP's `xla` backend (the export for this machine's platform) over `batches`; with
-    `hlo`, the compiled step's optimized HLO written there."""
+    """PCP's `xla` backend (the export for this machine's platform) over `batches`
+    (`timed_calls`, `pipelined` or not); with `hlo`, the compiled step's optimized HLO
+    written there."""
     from pcp_core import plugins
 
     backend = plugins.host().backend("xla")
@@ -452,21 +497,29 @@ def run_xla(
     initial = list(params.values())
     executor.set_params(initial)
     executor.set_opt_state(program.init_opt_state(initial))
-    times, losses = [], []
-    k = program.steps_per_call
-    for inputs, targets in batches:
-        started = time.perf_counter()
-        losses += [float(v) for v in executor.run(inputs, targets)]  # waits for the device
-        times.append((time.perf_counter() - started) / k)
+
+    dispatch_s: list[float] = []  # the host's time to queue each call
+
+    def start(call: int) -> Callable[[], list[float]]:
+        queued = time.perf_counter()
+        fetch = executor.dispatch(*batches[call])  # queued; `fetch` waits for the losses
+        dispatch_s.append(time.perf_counter() - queued)
+        return lambda: [float(v) for v in fetch()]
+
+    starts = [functools.partial(start, c) for c in range(len(batches))]
+    times, losses = timed_calls(starts, program.steps_per_call, pipelined)
     peak = xla_peak_memory(executor.devices[0])
     step_memory = xla_step_memory(executor._step)
     if hlo is not None:
         hlo.parent.mkdir(parents=True, exist_ok=True)
         hlo.write_text(executor._step.as_text())
     kernels = None
-    if profile:
+    if profile:  # one call, or two queued back to back where the loop is pipelined
         inputs, targets = batches[-1]
-        kernels = kernel_table(functools.partial(executor.run, inputs, targets))
+        calls = 2 if pipelined else 1
+        kernels = kernel_table(
+            lambda: [executor.dispatch(inputs, targets) for _ in range(calls)][-1]()
+        )
     executor = None  # its device state goes before the next program is built
     gc.collect()
     return {
@@ -474,6 +527,7 @@ def run_xla(
         "times": times,
         "losses": losses,
         "build_and_compile_s": round(build_s, 1),
+        "dispatch_ms_median": round(statistics.median(dispatch_s[1:]) * 1e3, 2),
         "artifact_bytes": len(artifact),
         "uses_cudnn_attention": uses_cudnn_attention(artifact),
         "step_memory_gb": step_memory,
@@ -551,6 +605,7 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
                     args.precision,
                     args.torch_device,
                     profile=args.profile and way == "compiled",
+                    pipelined=args.pipelined,
                 )
                 runs[batch].append((f"torch {way}", run))
                 said(f"torch {way}", batch, run)
@@ -575,7 +630,13 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
             hlo = args.hlo_dir / f"{variant}_b{batch}.hlo.txt" if args.hlo_dir else None
             try:
                 run = run_xla(
-                    variant, program, params, batches[batch], profile=args.profile, hlo=hlo
+                    variant,
+                    program,
+                    params,
+                    batches[batch],
+                    profile=args.profile,
+                    hlo=hlo,
+                    pipelined=args.pipelined,
                 )
                 runs[batch].append((name, run))
                 said(name, batch, run)
@@ -744,6 +805,11 @@ def main() -> None:
     parser.add_argument("--torch-device", default=None, help="default: cuda if torch has it")
     parser.add_argument("--peak-tflops", type=float, default=None, help="default: H100's on one")
     parser.add_argument("--profile", action="store_true", help="kernel tables (CUDA only)")
+    parser.add_argument(
+        "--pipelined",
+        action="store_true",
+        help="queue each call before reading the last one's losses, as pcp train does",
+    )
     parser.add_argument("--hlo-dir", type=Path, default=None, help="write each xla step's HLO")
     parser.add_argument("--loss-tolerance", type=float, default=0.05)
     parser.add_argument("--results", type=Path, default=RESULTS)

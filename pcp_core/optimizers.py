@@ -9,7 +9,7 @@ import contextlib
 import contextvars
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
@@ -157,19 +157,6 @@ class GradientTransformation(Protocol):
     def init(self, params: Any) -> Any: ...
 
     def update(self, grads: Any, state: Any, params: Any) -> tuple[Any, Any]: ...
-
-
-class ElementwiseTransformation(NamedTuple):
-    """A `GradientTransformation` whose update treats each value on its own, given the
-    step's scalars (the learning rate, a global-norm clip's scale) and the rank of the
-    value's tensor (decay on matrices only): AdamW, Lion, SGD, not a per-tensor norm.
-
-    Declaring it lets a program join the model's vectors into one tensor for the
-    optimizer (`pcp_core.program.vectors`): the same arithmetic in one kernel, not one
-    a bias. A plain `optax.GradientTransformation` gets each tensor as it is."""
-
-    init: Callable[[Any], Any]
-    update: Callable[..., tuple[Any, Any]]
 
 
 @dataclass(frozen=True)

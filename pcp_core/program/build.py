@@ -18,7 +18,6 @@ from pcp_core.models import Model
 from pcp_core.optimizers import GradientTransformation, schedule_from
 from pcp_core.program import export_cache
 from pcp_core.program.mesh import data_parallel, export_mesh, exported_on, placed_on
-from pcp_core.program.vectors import vector_group
 
 ENTRY_FUNCTION = "main"
 # The platform a program is being exported for while its step is traced (see
@@ -191,23 +190,19 @@ def build_train_program(
         params = dict(zip(names, params_tuple, strict=True))
         opt_tuple, values = opt_tuple[: len(opt_specs)], opt_tuple[len(opt_specs) :]
         opt_state = jax.tree_util.tree_unflatten(opt_treedef, opt_tuple)
-        # the loop's state with the model's vectors as one, where the platform gains
-        group = vector_group(export_platform(), optimizer, example)
-        join, split = (group.join, group.split) if group else (_same, _same)
 
         def one_step(carry, batch):
             params, opt_state = carry
             params, batch = data_parallel(params), data_parallel(batch, batch=True)
-            loss, grads = jax.value_and_grad(lambda p: loss_of(split(p), *batch))(params)
+            loss, grads = jax.value_and_grad(loss_of)(params, *batch)
             with schedule_from(values[0]) if values else contextlib.nullcontext():
                 updates, opt_state = optimizer.update(grads, opt_state, params)
             params = data_parallel(jax.tree_util.tree_map(jnp.add, params, updates))
             return (params, opt_state), loss
 
         (params, opt_state), losses = jax.lax.scan(
-            one_step, join((params, opt_state)), (inputs, targets), unroll=unroll
+            one_step, (params, opt_state), (inputs, targets), unroll=unroll
         )
-        params, opt_state = split((params, opt_state))
         return (
             tuple(params[n] for n in names),
             tuple(jax.tree_util.tree_leaves(opt_state)) + tuple(values),
@@ -241,10 +236,6 @@ def build_train_program(
         # the CPU and XLA keep the loop. Both compute the same steps, op for op.
         unrolled_step=functools.partial(train_step, unroll=True),
     )
-
-
-def _same(tree: Any) -> Any:
-    return tree
 
 
 def build_eval_program(

@@ -11,7 +11,6 @@ from typing import Any, NamedTuple
 
 from pcp_core import hookimpl
 from pcp_core.optimizers import (
-    ElementwiseTransformation,
     GradientTransformation,
     InnerOptimizer,
     InnerSettings,
@@ -47,6 +46,7 @@ class LionState(NamedTuple):
 def build(settings: InnerSettings) -> GradientTransformation:
     import jax
     import jax.numpy as jnp
+    import optax
 
     schedule = learning_rate(settings)
     own = own_settings(settings, LionSettings)
@@ -66,8 +66,7 @@ def build(settings: InnerSettings) -> GradientTransformation:
         momentum = jax.tree_util.tree_map(lambda g, m: b2 * m + (1 - b2) * g, grads, state.momentum)
         return updates, LionState(state.count + 1, momentum)
 
-    # Elementwise: on a GPU the program may hand it all vectors as one (one kernel).
-    return ElementwiseTransformation(*clipped(settings, ElementwiseTransformation(init, update)))
+    return clipped(settings, optax.GradientTransformation(init, update))
 
 
 LION = InnerOptimizer(

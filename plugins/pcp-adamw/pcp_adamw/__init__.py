@@ -18,7 +18,6 @@ from typing import Any, NamedTuple
 
 from pcp_core import hookimpl
 from pcp_core.optimizers import (
-    ElementwiseTransformation,
     GradientTransformation,
     InnerOptimizer,
     InnerSettings,
@@ -63,6 +62,7 @@ class AdamWState(NamedTuple):
 def build(settings: InnerSettings) -> GradientTransformation:
     import jax
     import jax.numpy as jnp
+    import optax
 
     schedule = learning_rate(settings)
     own = own_settings(settings, AdamWSettings)
@@ -91,7 +91,7 @@ def build(settings: InnerSettings) -> GradientTransformation:
         updates = jax.tree_util.tree_map(step, mu, nu, params)
         return updates, AdamWState(count, state.schedule_step + 1, mu, nu)
 
-    return ElementwiseTransformation(init, update)
+    return optax.GradientTransformation(init, update)
 
 
 ADAMW = InnerOptimizer(

@@ -5,7 +5,7 @@ BF16_PRODUCT_OUTPUT_PLATFORMS, GELU_RECOMPUTED_PLATFORMS, LAYER_NORM_STATISTICS_
 LAYER_NORM_ONE_PASS_PLATFORMS, DENSE_GELU_PLATFORMS, LAYER_NORM_ONE_SUM_PLATFORMS,
 losses.ONE_PASS_LOGSUMEXP_PLATFORMS,
 nanogpt.SORTED_EMBEDDING_PLATFORMS, RESIDUAL_GRADIENT_KEPT_PLATFORMS, BF16_ATTENTION_PLATFORMS,
-NORM_FOLDED_PLATFORMS, pcp_core.program.vectors.GROUPED_PLATFORMS,
+NORM_FOLDED_PLATFORMS,
 pcp_core.program.precision.SINGLE_PRODUCT_PLATFORMS); here they are switched on for the CPU,
 so a machine without a GPU checks them against `jax_step`, which keeps the portable form.
 """
@@ -17,7 +17,7 @@ import pytest
 from pcp_xla import BACKEND
 from pcp_xla.runtime import XLA, XlaExecutor
 
-from pcp_core.program import layers, losses, nanogpt, precision, vectors
+from pcp_core.program import layers, losses, nanogpt, precision
 from pcp_core.program.build import build_train_program, export_platform, exporting_for
 from pcp_core.testing.reference import BATCH, CALLS, STEPS_PER_CALL, initial_params, reference
 
@@ -57,7 +57,6 @@ def xla_forms_here(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(layers, "DENSE_GELU_PLATFORMS", (PLATFORM,))
     monkeypatch.setattr(layers, "LAYER_NORM_ONE_SUM_PLATFORMS", (PLATFORM,))
     monkeypatch.setattr(nanogpt, "NORM_FOLDED_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(vectors, "GROUPED_PLATFORMS", (PLATFORM,))
 
 
 @pytest.mark.usefixtures("xla_forms_here")

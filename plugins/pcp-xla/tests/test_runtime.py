@@ -152,3 +152,52 @@ def test_pcp_train_evaluates_and_checkpoints_from_snapshots(tmp_path: Path) -> N
     params, metadata = checkpoint.load(out / "checkpoint.safetensors")
     assert metadata["step"] == "60" and params["wte"].shape[1] == 32
     assert json.loads((out / "summary.json").read_text())["checkpoint_error"] is None
+
+
+def train_locally(out: Path) -> list[dict[str, Any]]:
+    """A local run on the xla backend, 4 calls of 2 steps, evaluated after the second and
+    the last; its metrics records."""
+    from pcp_core import run
+    from pcp_core.config import RunConfig
+
+    tiny = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 32}
+    config = RunConfig(backend="xla", steps=8, steps_per_call=2, eval_every=4, out=out, **tiny)
+    run.train(config, dashboard=False)
+    return [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+
+
+def test_a_local_run_queues_each_call_before_reading_the_last_and_trains_the_same(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`pcp train`'s loop queues call n+1 before it reads call n's losses, except after
+    a call that is evaluated (the evaluation reads the parameters that call left), and
+    trains as a loop that waits for each call does."""
+    events: list[str] = []
+    queue = XlaExecutor.dispatch
+
+    def recording_dispatch(self: XlaExecutor, inputs: Any, targets: Any) -> Any:
+        if not self._opt_state:  # the evaluation's executor
+            return queue(self, inputs, targets)
+        call = sum(e.startswith("queue") for e in events)
+        events.append(f"queue {call}")
+        fetch = queue(self, inputs, targets)
+
+        def read() -> np.ndarray:
+            events.append(f"read {call}")
+            return fetch()
+
+        return read
+
+    monkeypatch.setattr(XlaExecutor, "dispatch", recording_dispatch)
+    pipelined = train_locally(tmp_path / "pipelined")
+    assert events == [
+        *("queue 0", "queue 1", "read 0", "read 1"),  # evaluated after call 1 (step 4)
+        *("queue 2", "queue 3", "read 2", "read 3"),  # and after the last
+    ]
+    monkeypatch.setattr(XlaExecutor, "dispatch", None)  # `dispatch` falls back to `run`
+    monkeypatch.setattr(XlaExecutor, "run", lambda self, x, y: queue(self, x, y)())
+    blocking = train_locally(tmp_path / "blocking")
+    keys = ("step", "loss", "loss_mean", "tokens", "val_loss")
+    assert [{k: r.get(k) for k in keys} for r in pipelined] == [
+        {k: r.get(k) for k in keys} for r in blocking
+    ]
