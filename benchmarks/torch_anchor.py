@@ -32,7 +32,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -285,11 +285,9 @@ def run_torch(
     precision: str,
     device_name: str,
     profile: bool = False,
-    pipelined: bool = False,
 ) -> dict[str, Any]:
-    """`way` ("eager" or "compiled") over `batches`: ms a step of each call, losses
-    (`timed_calls`, `pipelined` or not); with `profile`, the GPU kernels of one more
-    call (see `kernel_table`)."""
+    """`way` ("eager" or "compiled") over `batches`: ms a step of each call, losses;
+    with `profile`, the GPU kernels of one more call (see `kernel_table`)."""
     import torch
 
     from pcp_core.optimizers import InnerSettings
@@ -316,29 +314,15 @@ def run_torch(
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
-    def start(call: int) -> Callable[[], list[float]]:
-        """Queue call `call`'s K steps; the returned function waits for their losses,
-        copied to pinned host memory behind them (so the next call may be queued first)."""
-        inputs, targets = batches[call]
+    times, losses = [], []
+    for call, (inputs, targets) in enumerate(batches):
+        synchronize(device)
+        started = time.perf_counter()
         x = torch.from_numpy(inputs).to(device, torch.long, non_blocking=True)
         y = torch.from_numpy(targets).to(device, torch.long, non_blocking=True)
-        call_losses = torch.stack([step(x[i], y[i], rates[call * k + i]) for i in range(k)])
-        host = torch.empty(k, pin_memory=device.type == "cuda")
-        host.copy_(call_losses.float(), non_blocking=True)
-        copied = torch.cuda.Event() if device.type == "cuda" else None
-        if copied is not None:
-            copied.record()
-
-        def fetch() -> list[float]:
-            if copied is not None:
-                copied.synchronize()
-            return host.tolist()
-
-        return fetch
-
-    synchronize(device)
-    starts = [functools.partial(start, c) for c in range(len(batches))]
-    times, losses = timed_calls(starts, k, pipelined)
+        call_losses = [step(x[i], y[i], rates[call * k + i]) for i in range(k)]
+        losses += torch.stack(call_losses).float().cpu().tolist()  # waits for the GPU
+        times.append((time.perf_counter() - started) / k)
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
     result = {"times": times, "losses": losses, "peak_memory_gb": round(peak / 2**30, 2)}
     if profile:
@@ -349,36 +333,6 @@ def run_torch(
             lambda: torch.stack([step(x[i], y[i], rates[-1]) for i in range(k)]).cpu()
         )
     return result
-
-
-def timed_calls(
-    starts: list[Callable[[], Callable[[], list[float]]]], k: int, pipelined: bool
-) -> tuple[list[float], list[float]]:
-    """Seconds a step of each call, and the losses, of calls that `starts` queue (each
-    returns a function that waits for that call's K losses).
-
-    Waited for one by one, a call's time runs from its start to its losses on the host,
-    so it holds the host's work to start it and the wait for its losses with the GPU
-    idle. `pipelined`, as `pcp train` and DiLoCo's workers run (`pcp_core.backends.
-    dispatch`), the next call is queued before the last one's losses are read, and a
-    call's time runs from one call's losses to the next's."""
-    times, losses = [], []
-    started = time.perf_counter()
-    waiting: Callable[[], list[float]] | None = None
-    for start in starts:
-        queued = start()
-        if not pipelined:
-            waiting, queued = queued, None
-        if waiting is not None:
-            losses += waiting()
-            now = time.perf_counter()
-            times.append((now - started) / k)
-            started = now
-        waiting = queued
-    if waiting is not None:
-        losses += waiting()
-        times.append((time.perf_counter() - started) / k)
-    return times, losses
 
 
 def kernel_table(call: Any, rows: int = 200) -> str | None:
@@ -480,11 +434,9 @@ def run_xla(
     batches: list[tuple[np.ndarray, np.ndarray]],
     profile: bool = False,
     hlo: Path | None = None,
-    pipelined: bool = False,
 ) -> dict[str, Any]:
-    """PCP's `xla` backend (the export for this machine's platform) over `batches`
-    (`timed_calls`, `pipelined` or not); with `hlo`, the compiled step's optimized HLO
-    written there."""
+    """PCP's `xla` backend (the export for this machine's platform) over `batches`; with
+    `hlo`, the compiled step's optimized HLO written there."""
     from pcp_core import plugins
 
     backend = plugins.host().backend("xla")
@@ -497,29 +449,23 @@ def run_xla(
     initial = list(params.values())
     executor.set_params(initial)
     executor.set_opt_state(program.init_opt_state(initial))
-
-    dispatch_s: list[float] = []  # the host's time to queue each call
-
-    def start(call: int) -> Callable[[], list[float]]:
-        queued = time.perf_counter()
-        fetch = executor.dispatch(*batches[call])  # queued; `fetch` waits for the losses
-        dispatch_s.append(time.perf_counter() - queued)
-        return lambda: [float(v) for v in fetch()]
-
-    starts = [functools.partial(start, c) for c in range(len(batches))]
-    times, losses = timed_calls(starts, program.steps_per_call, pipelined)
+    times, losses, dispatch_s = [], [], []
+    k = program.steps_per_call
+    for inputs, targets in batches:
+        started = time.perf_counter()
+        fetch = executor.dispatch(inputs, targets)  # queued: the host's share of the call
+        dispatch_s.append(time.perf_counter() - started)
+        losses += [float(v) for v in fetch()]  # waits for the device
+        times.append((time.perf_counter() - started) / k)
     peak = xla_peak_memory(executor.devices[0])
     step_memory = xla_step_memory(executor._step)
     if hlo is not None:
         hlo.parent.mkdir(parents=True, exist_ok=True)
         hlo.write_text(executor._step.as_text())
     kernels = None
-    if profile:  # one call, or two queued back to back where the loop is pipelined
+    if profile:
         inputs, targets = batches[-1]
-        calls = 2 if pipelined else 1
-        kernels = kernel_table(
-            lambda: [executor.dispatch(inputs, targets) for _ in range(calls)][-1]()
-        )
+        kernels = kernel_table(functools.partial(executor.run, inputs, targets))
     executor = None  # its device state goes before the next program is built
     gc.collect()
     return {
@@ -527,6 +473,7 @@ def run_xla(
         "times": times,
         "losses": losses,
         "build_and_compile_s": round(build_s, 1),
+        # the host's time to queue a call: launching its kernels, before it waits for them
         "dispatch_ms_median": round(statistics.median(dispatch_s[1:]) * 1e3, 2),
         "artifact_bytes": len(artifact),
         "uses_cudnn_attention": uses_cudnn_attention(artifact),
@@ -605,7 +552,6 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
                     args.precision,
                     args.torch_device,
                     profile=args.profile and way == "compiled",
-                    pipelined=args.pipelined,
                 )
                 runs[batch].append((f"torch {way}", run))
                 said(f"torch {way}", batch, run)
@@ -630,13 +576,7 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
             hlo = args.hlo_dir / f"{variant}_b{batch}.hlo.txt" if args.hlo_dir else None
             try:
                 run = run_xla(
-                    variant,
-                    program,
-                    params,
-                    batches[batch],
-                    profile=args.profile,
-                    hlo=hlo,
-                    pipelined=args.pipelined,
+                    variant, program, params, batches[batch], profile=args.profile, hlo=hlo
                 )
                 runs[batch].append((name, run))
                 said(name, batch, run)
@@ -805,11 +745,6 @@ def main() -> None:
     parser.add_argument("--torch-device", default=None, help="default: cuda if torch has it")
     parser.add_argument("--peak-tflops", type=float, default=None, help="default: H100's on one")
     parser.add_argument("--profile", action="store_true", help="kernel tables (CUDA only)")
-    parser.add_argument(
-        "--pipelined",
-        action="store_true",
-        help="queue each call before reading the last one's losses, as pcp train does",
-    )
     parser.add_argument("--hlo-dir", type=Path, default=None, help="write each xla step's HLO")
     parser.add_argument("--loss-tolerance", type=float, default=0.05)
     parser.add_argument("--results", type=Path, default=RESULTS)

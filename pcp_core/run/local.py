@@ -9,14 +9,12 @@ is written on a thread while training goes on (benchmarks/loop_time.py).
 """
 
 import time
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import structlog
 
 from pcp_core.algorithms import RunContext
-from pcp_core.backends import dispatch
 from pcp_core.config import ConfigError
 from pcp_core.program.background import OneInFlight
 from pcp_core.program.training import prepare, resolve_backend
@@ -83,14 +81,13 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
     tokens_per_call = setup.tokens_per_step() * config.steps_per_call
     block = setup.model_config["block_size"]
     step, tokens, compute_s, val_loss = 0, 0, 0.0, None
-    clock = time.perf_counter()  # when the device last finished a call we waited for
-
-    def finish(losses_of_call: Callable[[], np.ndarray]) -> None:
-        """Wait for the oldest call in flight, record it and evaluate where due."""
-        nonlocal step, tokens, compute_s, val_loss, clock, losses
-        losses = losses_of_call()
-        now = time.perf_counter()
-        call_s, clock = now - clock, now
+    for call in range(config.steps // config.steps_per_call):
+        x, y = setup.corpus.batches(
+            "train", config.steps_per_call, config.batch_size, block, stream=(config.seed, call)
+        )
+        started = time.perf_counter()
+        losses = executor.run(x, y)
+        call_s = time.perf_counter() - started
         compute_s += call_s
         status.worker_result(0, float(losses[-1]), config.steps_per_call, tokens_per_call, call_s)
         step += config.steps_per_call
@@ -106,28 +103,8 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
             raise FloatingPointError(f"loss became {losses[-1]} at step {step}; lower --lr")
         if setup.evaluates_after(step, config.steps_per_call):
             record["val_loss"] = val_loss = evaluate(step)
-            clock = time.perf_counter()  # the evaluation is not compute
         ctx.metrics.write(record)
         ctx.progress.update(step, loss=record["loss"], tokens_per_s=tokens / compute_s)
-
-    # Each call is queued before the last one's losses are read (`dispatch`: XLA on a
-    # GPU), so the device goes from one to the next without waiting for the host to
-    # read, log and start the next (GPT-2 small on an H200: 4.5 ms a call,
-    # benchmarks/results/gpu/h200/2026-11-29-pipelined). A call after which the run
-    # evaluates is waited for at once: the evaluation reads the parameters it leaves.
-    losses = np.zeros(0)
-    in_flight: Callable[[], np.ndarray] | None = None
-    for call in range(config.steps // config.steps_per_call):
-        x, y = setup.corpus.batches(
-            "train", config.steps_per_call, config.batch_size, block, stream=(config.seed, call)
-        )
-        queued = dispatch(executor, x, y)
-        if in_flight is not None:
-            finish(in_flight)
-        in_flight = queued
-        if setup.evaluates_after((call + 1) * config.steps_per_call, config.steps_per_call):
-            finish(in_flight)  # the last call is one: every run evaluates at its end
-            in_flight = None
     checkpoints.wait()  # the last one is written before the summary says whether it was
 
     summary = setup.summary(
