@@ -12,3 +12,12 @@ machine_banner() {
     python3 -c "import jax, torch; print('jax', jax.__version__, 'torch', torch.__version__)"
   } >> "$1" 2>&1
 }
+
+# Start the call's log, $OUT/$1 ($log), with the machine's banner; `stage NAME RC` then notes
+# in it where a stage ended and how, in seconds since the start.
+call_log() {
+  start=$SECONDS
+  log=$OUT/$1
+  machine_banner $log
+}
+stage() { echo "== $1: rc=$2 at $((SECONDS - start))s" >> $log; }

@@ -6,10 +6,7 @@
 set -u
 source scripts/device_env.sh
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-start=$SECONDS
-log=$OUT/folded_log.txt
-stage() { echo "== $1: rc=$2 at $((SECONDS - start))s" >> $log; }
-machine_banner $log
+call_log folded_log.txt
 VARIANTS="pcp unfolded pcp"
 timeout 330 python3 benchmarks/torch_anchor.py --size gpt2-small --batch 16 --precision bf16 \
     --torch compiled --xla $VARIANTS --profile --results $OUT --stem folded_b16 >> $log 2>&1

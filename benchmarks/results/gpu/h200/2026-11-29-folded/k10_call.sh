@@ -4,10 +4,7 @@
 set -u
 source scripts/device_env.sh
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-start=$SECONDS
-log=$OUT/k10_log.txt
-stage() { echo "== $1: rc=$2 at $((SECONDS - start))s" >> $log; }
-machine_banner $log
+call_log k10_log.txt
 VARIANTS="pcp unfolded pcp"
 for batch in 16 8; do
   timeout $((570 - (SECONDS - start))) python3 benchmarks/torch_anchor.py --size gpt2-small \

@@ -7,10 +7,7 @@
 set -u
 source scripts/device_env.sh
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-start=$SECONDS
-log=$OUT/grouped_log.txt
-stage() { echo "== $1: rc=$2 at $((SECONDS - start))s" >> $log; }
-machine_banner $log
+call_log grouped_log.txt
 VARIANTS="pcp ungrouped pcp"
 anchor() {  # stem, then torch_anchor's own arguments
   local stem=$1; shift

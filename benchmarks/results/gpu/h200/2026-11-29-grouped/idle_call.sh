@@ -6,9 +6,7 @@
 set -u
 source scripts/device_env.sh
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-start=$SECONDS
-log=$OUT/idle_log.txt
-machine_banner $log
+call_log idle_log.txt
 timeout 560 python3 benchmarks/torch_anchor.py --size gpt2-small --precision bf16 --batch 16 \
     --torch compiled --xla pcp ungrouped graphs --profile --hlo-dir $OUT/hlo \
     --results $OUT --stem idle_b16 >> $log 2>&1

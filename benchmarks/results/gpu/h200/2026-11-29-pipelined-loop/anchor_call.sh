@@ -7,10 +7,7 @@
 set -u
 source scripts/device_env.sh
 export XLA_PYTHON_CLIENT_PREALLOCATE=false
-start=$SECONDS
-log=$OUT/anchor_log.txt
-stage() { echo "== $1: rc=$2 at $((SECONDS - start))s" >> $log; }
-machine_banner $log
+call_log anchor_log.txt
 anchor() {  # stem, then torch_anchor's own arguments
   local stem=$1; shift
   timeout $((580 - (SECONDS - start))) python3 benchmarks/torch_anchor.py --size gpt2-small \

@@ -9,10 +9,7 @@ export XLA_PYTHON_CLIENT_PREALLOCATE=false JAX_COMPILATION_CACHE_DIR=/tmp/jaxcac
 NEW=$PYTHONPATH
 BASE=$(python3 .device/loopbase/scripts/register_checkout.py /tmp/reg_base):/tmp/site
 DS=/tmp/data/shakespeare50304
-start=$SECONDS
-log=$OUT/small_log.txt
-stage() { echo "== $1: rc=$2 at $((SECONDS - start))s" >> $log; }
-machine_banner $log
+call_log small_log.txt
 timeout 90 python3 benchmarks/loop_time.py prepare .device/data/tinyshakespeare.txt -o $DS >> $log 2>&1
 stage prepare $?
 loop() {  # label, tree's PYTHONPATH, steps per call
