@@ -1,6 +1,9 @@
 # Sourced by the device-call scripts under benchmarks/results, from the repository root on
 # the GPU machine (jax and torch there, no PCP): PCP's pure-Python dependencies from the
 # carried wheels (`.device/anchor`), this checkout's packages and benchmarks/ on the path.
+# The wheels, fetched here once per checkout (.device/ is ignored):
+#   python3 -m pip download --no-deps --only-binary=:all: --python-version 3.12 \
+#       -d .device/anchor/wheels structlog platformdirs tomli-w
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir \
     --target /tmp/site .device/anchor/wheels/*.whl || exit 1
 export PYTHONUNBUFFERED=1
