@@ -66,6 +66,7 @@ CHOICES = {
     "bf16_branch": ("nanogpt", "BF16_RESIDUAL_BRANCH_PLATFORMS"),
     "bf16_logits": ("nanogpt", "BF16_LOGITS_PLATFORMS"),
     "norm_folded": ("nanogpt", "NORM_FOLDED_PLATFORMS"),
+    "position_adds": ("nanogpt", "POSITION_ADDS_PLATFORMS"),
     "compiler_options": ("runtime", "COMPILER_OPTIONS"),  # pcp_xla.runtime's, by platform
 }
 CUDA, NONE = ("cuda",), ()
@@ -119,6 +120,8 @@ XLA_VARIANTS: dict[str, dict[str, Any]] = {
     "one-sum": {**dict.fromkeys(NEWER, CUDA), "norm_folded": NONE},
     # then (2026-11-29) layer norm's weight and bias folded into the product after it
     "unfolded": {"norm_folded": NONE},
+    # then (2026-11-29, session 18) the positions' gradient summed over the batch by adds
+    "position-reduced": {"position_adds": NONE},
 }
 
 
@@ -163,6 +166,8 @@ XLA_VARIANTS |= {
     # takes only float32 ones: the q/k/v bias and GELU's input would need no pass of
     # their own
     "cublaslt": _pcp_with(xla_gpu_enable_cublaslt=True),
+    # every product through cuBLAS: no Triton GEMM fusions for the autotuner to pick
+    "cublas": _pcp_with(xla_gpu_enable_triton_gemm=False),
     # the K-step loop as one CUDA graph: no launch gaps between a step's ~960 kernels
     "graphs": _pcp_with(xla_gpu_enable_command_buffer=GRAPHED),
     "graphs-unrolled": _pcp_with(
@@ -355,7 +360,35 @@ def kernel_table(call: Any, rows: int = 200) -> str | None:
         trace = Path(scratch) / "trace.json"
         profiler.export_chrome_trace(str(trace))
         events = json.loads(trace.read_text()).get("traceEvents", [])
-    return table + "\n" + idle_report(events)
+    return table + "\n" + idle_report(events) + "\n" + edges_report(events)
+
+
+def edges_report(events: list[dict[str, Any]], rows: int = 40) -> str:
+    """The first and last `rows` events of the call, the host's CUDA API calls with the
+    GPU's work, each at its start (us from the first event) with its duration: what the
+    host and the GPU did while the GPU waited at the call's edges."""
+    timed = sorted(
+        (
+            e
+            for e in events
+            if e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset", "cuda_runtime", "cuda_driver")
+        ),
+        key=lambda e: e["ts"],
+    )
+    if not timed:
+        return "no events in the trace\n"
+    origin = timed[0]["ts"]
+
+    def line(e: dict[str, Any]) -> str:
+        at, took = e["ts"] - origin, e.get("dur", 0)
+        return f"{at:10.1f} | {took:8.1f} | {e['cat']:12} | {e.get('name', '?')[:70]}"
+
+    head = "at (us) | took (us) | what | name"
+    first = [line(e) for e in timed[:rows]]
+    last = [line(e) for e in timed[-rows:]] if len(timed) > rows else []
+    return "\n".join(
+        [f"the call's first events:\n{head}", *first, f"its last events:\n{head}", *last, ""]
+    )
 
 
 def idle_report(events: list[dict[str, Any]], rows: int = 25) -> str:

@@ -1,8 +1,9 @@
 """The built-in GPT's hand-written gradients against autodiff of the plain formulas.
 
-Layer norm, GELU, the column sums and the q/k/v split have their backward passes
-written out (pcp_core/program/layers.py says why: fewer bytes kept for the backward
-pass, and reductions GPU targets run well); in f32 they must be the gradients autodiff gives.
+Layer norm, GELU, the column sums, the q/k/v split and the positions' add have their
+backward passes written out (pcp_core/program/layers.py says why: fewer bytes kept for the
+backward pass, and reductions GPU targets run well); in f32 they must be the gradients
+autodiff gives.
 """
 
 import numpy as np
@@ -68,3 +69,10 @@ def test_split_heads(rng) -> None:
     for got, expected in zip(layers.split_heads(4)(qkv), reference(qkv), strict=True):
         np.testing.assert_array_equal(got, expected)
     assert_same_gradients(layers.split_heads(4), reference, [qkv], cotangents)
+
+
+def test_add_positions(rng) -> None:
+    inputs = [rng.standard_normal(shape).astype(np.float32) for shape in ((5, 8, 16), (8, 16))]
+    cotangent = rng.standard_normal((5, 8, 16)).astype(np.float32)
+    np.testing.assert_array_equal(layers.add_positions()(*inputs), inputs[0] + inputs[1])
+    assert_same_gradients(layers.add_positions(), lambda x, p: x + p, inputs, cotangent)

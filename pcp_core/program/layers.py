@@ -8,6 +8,7 @@ tests/test_nanogpt_gradients.py checks each against autodiff.
 
 import functools
 import math
+import operator
 
 from pcp_core.program import precision as precisions
 from pcp_core.program.build import export_platform
@@ -282,6 +283,28 @@ def add_bias():
         lambda _, g: (g, column_sum(g.astype(jnp.float32))),
     )
     return add_bias
+
+
+@functools.cache
+def add_positions():
+    """`x + positions` for [batch, time, width] x and [time, width] positions, whose
+    gradient sums over the batch as a chain of adds, one per sequence, not a reduction.
+
+    XLA's layout assignment lays a reduction's operand out with the reduced axes minor
+    wherever that makes it a row reduction it runs well (a batch of 32 or more on CUDA);
+    for the positions' gradient that operand is the residual stream's gradient, and the
+    layout spread to the whole float32 residual stream, forward and back, with a
+    transpose wherever a product or cuDNN reads it (6.6 ms of a 67 ms step at batch 32
+    on an H200). The adds are one elementwise pass over the same bytes.
+    """
+    import jax
+
+    def backward(_, g):
+        return g, functools.reduce(operator.add, (g[i] for i in range(g.shape[0])))
+
+    add = jax.custom_vjp(lambda x, positions: x + positions)
+    add.defvjp(lambda x, positions: (x + positions, None), backward)
+    return add
 
 
 @functools.cache

@@ -57,6 +57,13 @@ RESIDUAL_GRADIENT_KEPT_PLATFORMS: tuple[str, ...] = ("cuda",)
 # over the rows (a pass that read its [tokens, width] input and gradient again for two
 # [width] sums); w's and b's gradients come from weight-sized sums over W's gradient.
 NORM_FOLDED_PLATFORMS: tuple[str, ...] = ("cuda",)
+# Platforms whose exported program sums the position embedding's gradient over the batch
+# as a chain of adds (see `layers.add_positions`): as a reduction over the batch, XLA laid
+# the whole float32 residual stream out batch-minor from batch 32 on, and transposed it
+# wherever it was read. On an H200, GPT-2 small bf16, batch 32: 67.14 → 64.33 ms a step
+# (torch.compile 63.27); at 8-24 no change beyond the spread between calls
+# (benchmarks/results/gpu/h200/2026-11-29-b32-profile).
+POSITION_ADDS_PLATFORMS: tuple[str, ...] = ("cuda",)
 
 DEFAULTS = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 64, "vocab_size": 256}
 
@@ -237,7 +244,10 @@ def logits(config: Mapping[str, int], params: Params, tokens, precision: str = "
     by_comparison = export_platform() in layers.XLA_FORM_PLATFORMS
     sorted_rows = export_platform() in SORTED_EMBEDDING_PLATFORMS
     embed = layers.embedding(precision, by_comparison, sorted_rows)
-    x = embed(params["wte"], tokens) + params["wpe"][:time]
+    if export_platform() in POSITION_ADDS_PLATFORMS:
+        x = layers.add_positions()(embed(params["wte"], tokens), params["wpe"][:time])
+    else:
+        x = embed(params["wte"], tokens) + params["wpe"][:time]
     hidden = jnp.bfloat16 if precisions.bf16_hidden(precision) else None
     in_bf16 = _bf16_where(precision, BF16_NORM_OUTPUT_PLATFORMS) is not None
     normed = functools.partial(
