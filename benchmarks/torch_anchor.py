@@ -24,6 +24,7 @@ dependency of PCP: install it beside.
 
 import argparse
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -173,19 +174,6 @@ XLA_VARIANTS |= {
         xla_gpu_enable_command_buffer=GRAPHED, xla_gpu_command_buffer_unroll_loops=True
     ),
 }
-
-
-# The same program ("pcp") queued by the host in other ways (`queue_call`): the losses'
-# copy to the host queued with the call, not when the host asks for them; the batch put
-# on the device in one transfer, not two; and the next call's batch put there while this
-# call runs. A call's edges left the GPU idle about 3 ms at its start and 3 ms at its end
-# at batch 24 on an H200 (2026-11-29-b32-profile, call 4).
-DISPATCH_VARIANTS = {
-    "early-copy": ("early_copy",),
-    "one-put": ("early_copy", "one_put"),
-    "prefetch": ("early_copy", "one_put", "prefetch"),
-}
-XLA_VARIANTS |= {name: {} for name in DISPATCH_VARIANTS}  # the choices as shipped
 
 
 def flops_per_step(config: dict[str, int], parameters: int, batch: int) -> float:
@@ -496,14 +484,9 @@ def run_xla(
     executor.set_opt_state(program.init_opt_state(initial))
     times, losses, dispatch_s = [], [], []
     k = program.steps_per_call
-    ways = DISPATCH_VARIANTS.get(variant, ())
-    placed = None
-    for call, (inputs, targets) in enumerate(batches):
+    for inputs, targets in batches:
         started = time.perf_counter()
-        # queued: the host's share of the call
-        fetch = queue_call(executor, inputs, targets, ways, placed)
-        if "prefetch" in ways and call + 1 < len(batches):
-            placed = put_batch(executor, *batches[call + 1])
+        fetch = executor.dispatch(inputs, targets)  # queued: the host's share of the call
         dispatch_s.append(time.perf_counter() - started)
         losses += [float(v) for v in fetch()]  # waits for the device
         times.append((time.perf_counter() - started) / k)
@@ -515,7 +498,7 @@ def run_xla(
     kernels = None
     if profile:
         inputs, targets = batches[-1]
-        kernels = kernel_table(lambda: queue_call(executor, inputs, targets, ways, None)())
+        kernels = kernel_table(functools.partial(executor.run, inputs, targets))
     executor = None  # its device state goes before the next program is built
     gc.collect()
     return {
@@ -531,40 +514,6 @@ def run_xla(
         # the process's peak since it started, every earlier variant's included
         "jax_peak_so_far_gb": peak,
     }
-
-
-def put_batch(executor: Any, inputs: np.ndarray, targets: np.ndarray) -> list[Any]:
-    """A call's inputs and targets on the device, in one transfer."""
-    import jax
-
-    arrays = [np.asarray(b, np.int32) for b in (inputs, targets)]
-    return jax.device_put(arrays, [executor._batch_placed] * 2)
-
-
-def queue_call(
-    executor: Any, inputs: np.ndarray, targets: np.ndarray, ways: tuple[str, ...], placed: Any
-) -> Any:
-    """`executor.dispatch`, or the same call queued in `ways` (see DISPATCH_VARIANTS);
-    `placed`: this call's batch, already on the device."""
-    if not ways:
-        return executor.dispatch(inputs, targets)
-    import jax
-
-    if placed is not None:
-        batch = placed
-    elif "one_put" in ways:
-        batch = put_batch(executor, inputs, targets)
-    else:
-        batch = [
-            jax.device_put(np.asarray(b, np.int32), executor._batch_placed)
-            for b in (inputs, targets)
-        ]
-    step = executor._step
-    executor._params, executor._opt_state, losses = step(
-        executor._params, executor._opt_state, *batch
-    )
-    losses.copy_to_host_async()
-    return lambda: np.asarray(losses)
 
 
 def uses_cudnn_attention(artifact: bytes) -> bool:
