@@ -467,9 +467,11 @@ def run_xla(
     batches: list[tuple[np.ndarray, np.ndarray]],
     profile: bool = False,
     hlo: Path | None = None,
+    host_trace: Path | None = None,
 ) -> dict[str, Any]:
     """PCP's `xla` backend (the export for this machine's platform) over `batches`; with
-    `hlo`, the compiled step's optimized HLO written there."""
+    `hlo`, the compiled step's optimized HLO written there; with `host_trace`, jax's
+    profiler over two more calls (`host_trace.trace_two_calls`), its trace kept there."""
     from pcp_core import plugins
 
     backend = plugins.host().backend("xla")
@@ -499,10 +501,16 @@ def run_xla(
     if profile:
         inputs, targets = batches[-1]
         kernels = kernel_table(functools.partial(executor.run, inputs, targets))
+    traced = None
+    if host_trace is not None:
+        import host_trace as tracing
+
+        traced = tracing.trace_two_calls(executor, *batches[-1], keep=host_trace)
     executor = None  # its device state goes before the next program is built
     gc.collect()
     return {
         "kernels": kernels,
+        "host_trace": traced,
         "times": times,
         "losses": losses,
         "build_and_compile_s": round(build_s, 1),
@@ -607,9 +615,18 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
             name = "pcp xla" if variant == "pcp" else f"pcp xla ({variant})"
             print(f"batch {batch}: {name}", flush=True)
             hlo = args.hlo_dir / f"{variant}_b{batch}.hlo.txt" if args.hlo_dir else None
+            trace = None
+            if args.host_trace:
+                trace = args.results / f"{args.stem}_{variant}_b{batch}.perfetto.json.gz"
             try:
                 run = run_xla(
-                    variant, program, params, batches[batch], profile=args.profile, hlo=hlo
+                    variant,
+                    program,
+                    params,
+                    batches[batch],
+                    profile=args.profile,
+                    hlo=hlo,
+                    host_trace=trace,
                 )
                 runs[batch].append((name, run))
                 said(name, batch, run)
@@ -676,12 +693,14 @@ def rows_of(
         }
         if args.peak_tflops:
             row["mfu"] = round(flops / (ms / 1e3) / (args.peak_tflops * 1e12), 4)
-        row |= {k: v for k, v in run.items() if k not in ("times", "losses", "kernels")}
-        if run.get("kernels"):
-            kernels = args.results / f"{args.stem}_kernels.txt"
-            kernels.parent.mkdir(parents=True, exist_ok=True)
-            with kernels.open("a") as out:
-                out.write(f"{name}, batch {batch}, {k} steps:\n{run['kernels']}\n\n")
+        texts = ("kernels", "host_trace")
+        row |= {k: v for k, v in run.items() if k not in ("times", "losses", *texts)}
+        for text in texts:
+            if run.get(text):
+                path = args.results / f"{args.stem}_{text}.txt"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with path.open("a") as out:
+                    out.write(f"{name}, batch {batch}, {k} steps:\n{run[text]}\n\n")
         print(json.dumps({k: v for k, v in row.items() if k != "losses"}), flush=True)
         rows.append(row)
     return rows
@@ -779,6 +798,12 @@ def main() -> None:
     parser.add_argument("--peak-tflops", type=float, default=None, help="default: H100's on one")
     parser.add_argument("--profile", action="store_true", help="kernel tables (CUDA only)")
     parser.add_argument("--hlo-dir", type=Path, default=None, help="write each xla step's HLO")
+    parser.add_argument(
+        "--host-trace",
+        action="store_true",
+        help="jax's profiler over two more PCP calls queued back to back: a report of where "
+        "the host's time goes while the device idles, and the Perfetto trace",
+    )
     parser.add_argument("--loss-tolerance", type=float, default=0.05)
     parser.add_argument("--results", type=Path, default=RESULTS)
     parser.add_argument("--stem", default="torch_anchor")
