@@ -12,6 +12,7 @@ idle stretches with what each host thread did meanwhile.
 import gzip
 import json
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -85,10 +86,16 @@ def report(events: list[dict[str, Any]], rows: int = 60, idle_us: float = 300.0)
 def idle_stretches(device: list[dict[str, Any]], idle_us: float) -> list[tuple[float, float]]:
     """The stretches of at least `idle_us` in which no device range runs (on any stream),
     from the first device range's start to the last one's end."""
-    stretches, busy_until = [], None
-    for e in device:
-        if busy_until is not None and e["ts"] - busy_until >= idle_us:
-            stretches.append((busy_until, e["ts"]))
-        end = e["ts"] + e["dur"]
-        busy_until = end if busy_until is None else max(busy_until, end)
-    return stretches
+    return [
+        (idle_from, e["ts"]) for idle_from, e in waits(device) if e["ts"] - idle_from >= idle_us
+    ]
+
+
+def waits(ranges: list[dict[str, Any]]) -> Iterator[tuple[float, dict[str, Any]]]:
+    """Each range of `ranges` (sorted by start; on one stream or several) with the time
+    from which the device had nothing else running before it: the end of all ranges
+    before it (its own start for the first). A gap where that is before its start."""
+    busy_until = ranges[0]["ts"] if ranges else 0.0
+    for e in ranges:
+        yield busy_until, e
+        busy_until = max(busy_until, e["ts"] + e.get("dur", 0))

@@ -401,21 +401,22 @@ def idle_report(events: list[dict[str, Any]], rows: int = 25) -> str:
     )
     if not gpu:
         return "no GPU events in the trace\n"
-    busy_until, idle, waits = gpu[0]["ts"], 0.0, {}
-    for event in gpu:
-        gap = max(0.0, event["ts"] - busy_until)
+    from host_trace import waits
+
+    idle, by_name = 0.0, {}
+    for idle_from, event in waits(gpu):
+        gap = max(0.0, event["ts"] - idle_from)
         idle += gap
         name = event.get("name", "?")[:70]
-        count, total = waits.get(name, (0, 0.0))
-        waits[name] = (count + 1, total + gap)
-        busy_until = max(busy_until, event["ts"] + event.get("dur", 0))
-    span = busy_until - gpu[0]["ts"]
+        count, total = by_name.get(name, (0, 0.0))
+        by_name[name] = (count + 1, total + gap)
+    span = max(e["ts"] + e.get("dur", 0) for e in gpu) - gpu[0]["ts"]
     lines = [
         f"GPU events: {len(gpu)}, first start to last end {span / 1e3:.2f} ms, "
         f"idle between them {idle / 1e3:.2f} ms ({idle / max(len(gpu) - 1, 1):.2f} us a gap)",
         "idle before (us, summed) | starts | name",
     ]
-    worst = sorted(waits.items(), key=lambda item: -item[1][1])[:rows]
+    worst = sorted(by_name.items(), key=lambda item: -item[1][1])[:rows]
     lines += [f"{total:10.1f} | {count:6d} | {name}" for name, (count, total) in worst]
     return "\n".join(lines) + "\n"
 

@@ -7,6 +7,7 @@ the token embedding and the output head. Every matrix product goes through
 
 import functools
 import math
+import operator
 from collections.abc import Mapping
 
 import structlog
@@ -244,10 +245,8 @@ def logits(config: Mapping[str, int], params: Params, tokens, precision: str = "
     by_comparison = export_platform() in layers.XLA_FORM_PLATFORMS
     sorted_rows = export_platform() in SORTED_EMBEDDING_PLATFORMS
     embed = layers.embedding(precision, by_comparison, sorted_rows)
-    if export_platform() in POSITION_ADDS_PLATFORMS:
-        x = layers.add_positions()(embed(params["wte"], tokens), params["wpe"][:time])
-    else:
-        x = embed(params["wte"], tokens) + params["wpe"][:time]
+    add = layers.add_positions() if export_platform() in POSITION_ADDS_PLATFORMS else operator.add
+    x = add(embed(params["wte"], tokens), params["wpe"][:time])
     hidden = jnp.bfloat16 if precisions.bf16_hidden(precision) else None
     in_bf16 = _bf16_where(precision, BF16_NORM_OUTPUT_PLATFORMS) is not None
     normed = functools.partial(
