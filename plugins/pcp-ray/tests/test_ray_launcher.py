@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -148,6 +149,44 @@ def rounds_done(run_dir: Path) -> int:
     return count(run_dir / "shepherd" / "metrics.jsonl", '"round"')
 
 
+def events(log: Path, lines: int = 25) -> str:
+    """The end of a run's log without the workers' per-round states, which would hide
+    the joins, losses and errors."""
+    kept = [
+        line for line in log.read_text(errors="replace").splitlines() if "worker state" not in line
+    ]
+    return "\n".join(kept[-lines:])
+
+
+@contextmanager
+def driving(driver: subprocess.Popen, run_dir: Path) -> Iterator[None]:
+    """While the test drives the run: a failure carries the end of every log of the run,
+    and the driver is stopped after, however the test ended."""
+    try:
+        yield
+    except (AssertionError, subprocess.TimeoutExpired) as error:
+        tails = [
+            f"--- the last events of {path.name}:\n{events(path)}"
+            for path in sorted(run_dir.glob("*.log"))
+        ]
+        raise AssertionError("\n".join([str(error), *tails])) from error
+    finally:
+        stop(driver)
+
+
+def stop(driver: subprocess.Popen) -> None:
+    """End the driver as a user would, by SIGTERM, on which it ends the run's actors; a
+    killed driver's actors can outlive it and hold the cluster's worker resources from the
+    next test. SIGKILL if it has not ended in a minute."""
+    if driver.poll() is None:
+        driver.send_signal(signal.SIGTERM)
+        try:
+            driver.communicate(timeout=60)  # read, so that a full pipe cannot hold it
+        except subprocess.TimeoutExpired:
+            driver.kill()
+            driver.communicate()
+
+
 @pytest.mark.slow
 def test_a_killed_worker_actor_is_restarted_by_ray_and_rejoins_and_the_run_ends(
     cluster: str, tmp_path: Path
@@ -160,7 +199,7 @@ def test_a_killed_worker_actor_is_restarted_by_ray_and_rejoins_and_the_run_ends(
     # take about 16 s)
     driver = launch(cluster, run_dir, 4000, 10, "--min-workers", "2")
     shepherd_log = run_dir / "shepherd.log"
-    try:
+    with driving(driver, run_dir):
         wait_for(lambda: rounds_done(run_dir) >= 5, 180, "five rounds")
         secret = (run_dir / "token").read_text().strip()
         assert not [line for line in command_lines() if secret in line]
@@ -173,8 +212,6 @@ def test_a_killed_worker_actor_is_restarted_by_ray_and_rejoins_and_the_run_ends(
         wait_for(lambda: count(shepherd_log, "worker lost") >= 1, 60, "the shepherd to see it")
         wait_for(lambda: count(shepherd_log, "worker joined") >= 3, 120, "the worker to rejoin")
         output, _ = driver.communicate(timeout=300)
-    finally:
-        driver.kill()
     assert driver.returncode == 0, output.decode()[-3000:]
     summary = json.loads((run_dir / "shepherd" / "summary.json").read_text())
     assert summary["rounds"] == 400
@@ -192,12 +229,10 @@ def test_sigterm_stops_every_process_and_running_the_driver_again_resumes(
     run_dir = tmp_path / "run"
     driver = launch(cluster, run_dir, steps=4000, inner_steps=100)  # 40 rounds of a second
     checkpoint = run_dir / "shepherd" / "checkpoint.safetensors"
-    try:
+    with driving(driver, run_dir):
         wait_for(lambda: checkpoint.exists() and rounds_done(run_dir) >= 3, 180, "a checkpoint")
         driver.send_signal(signal.SIGTERM)
         output, _ = driver.communicate(timeout=60)
-    finally:
-        driver.kill()
     assert driver.returncode != 0 and b"SIGTERM: the run's actors are stopped" in output, output
     wait_for(lambda: pcp_processes(run_dir) == [], 30, "the run's processes to end")
     resumed = subprocess.run(
