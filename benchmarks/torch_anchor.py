@@ -32,7 +32,7 @@ import platform
 import statistics
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -282,7 +282,7 @@ def adamw_settings() -> Any:
     return pcp_adamw.AdamWSettings()
 
 
-def run_torch(
+def torch_calls(
     way: str,
     config: dict[str, int],
     params: dict[str, np.ndarray],
@@ -290,9 +290,10 @@ def run_torch(
     precision: str,
     device_name: str,
     profile: bool = False,
-) -> dict[str, Any]:
-    """`way` ("eager" or "compiled") over `batches`: ms a step of each call, losses;
-    with `profile`, the GPU kernels of one more call (see `kernel_table`)."""
+) -> Generator[None, None, dict[str, Any]]:
+    """`way` ("eager" or "compiled") over `batches`, a call each time it is resumed;
+    returns ms a step of each call and the losses, with `profile` the GPU kernels of one
+    more call (see `kernel_table`)."""
     import torch
 
     from pcp_core.optimizers import InnerSettings
@@ -328,6 +329,7 @@ def run_torch(
         call_losses = [step(x[i], y[i], rates[call * k + i]) for i in range(k)]
         losses += torch.stack(call_losses).float().cpu().tolist()  # waits for the GPU
         times.append((time.perf_counter() - started) / k)
+        yield
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
     result = {"times": times, "losses": losses, "peak_memory_gb": round(peak / 2**30, 2)}
     if profile:
@@ -461,7 +463,7 @@ def xla_variant(name: str) -> Iterator[None]:
             setattr(*where[key], platforms)
 
 
-def run_xla(
+def xla_calls(
     variant: str,
     program: Any,
     params: dict[str, np.ndarray],
@@ -469,10 +471,11 @@ def run_xla(
     profile: bool = False,
     hlo: Path | None = None,
     host_trace: Path | None = None,
-) -> dict[str, Any]:
-    """PCP's `xla` backend (the export for this machine's platform) over `batches`; with
-    `hlo`, the compiled step's optimized HLO written there; with `host_trace`, jax's
-    profiler over two more calls (`host_trace.trace_two_calls`), its trace kept there."""
+) -> Generator[None, None, dict[str, Any]]:
+    """PCP's `xla` backend (the export for this machine's platform) over `batches`, a
+    call each time it is resumed; with `hlo`, the compiled step's optimized HLO written
+    there; with `host_trace`, jax's profiler over two more calls
+    (`host_trace.trace_two_calls`), its trace kept there."""
     from pcp_core import plugins
 
     backend = plugins.host().backend("xla")
@@ -493,6 +496,7 @@ def run_xla(
         dispatch_s.append(time.perf_counter() - started)
         losses += [float(v) for v in fetch()]  # waits for the device
         times.append((time.perf_counter() - started) / k)
+        yield
     peak = xla_peak_memory(executor.devices[0])
     step_memory = xla_step_memory(executor._step)
     if hlo is not None:
@@ -559,83 +563,54 @@ def xla_peak_memory(device: Any) -> float | None:
 
 
 def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
-    """Every way at every batch size: PyTorch first, then PCP (jax keeps what it took of
-    the GPU's memory; torch gives its cache back)."""
-    import pcp_adamw
-
-    from pcp_core.optimizers import InnerSettings, schedule_values
+    """Every way at every batch size, one way's calls after another: PyTorch's first (jax
+    keeps what it took of the GPU's memory; torch gives its cache back). With
+    `--interleave`, the ways of a batch size take turns call by call instead, all in
+    memory at once, so that the machine's drift from one call to the next falls on each
+    way alike."""
     from pcp_core.program import nanogpt
-    from pcp_core.program.build import build_train_program
 
     size = size_of(args)
     vocab = size.get("vocab_size", corpus.vocab_size)
     config = nanogpt.MODEL.config({**size["model"], "vocab_size": vocab})
     params = nanogpt.init(config, 0)
     parameters = int(sum(p.size for p in params.values()))
-    k = args.steps_per_call
     runs: dict[int, list[tuple[str, dict[str, Any]]]] = {batch: [] for batch in args.batch}
     failed: list[dict[str, Any]] = []
-    batches = {
-        batch: [
-            corpus.batches("train", k, batch, config["block_size"], (0, call))
-            for call in range(args.calls + 1)
-        ]
-        for batch in args.batch
-    }
-    for batch in args.batch:
-        for way in args.torch:
-            print(f"batch {batch}: torch {way}", flush=True)
-            try:
-                run = run_torch(
-                    way,
-                    config,
-                    params,
-                    batches[batch],
-                    args.precision,
-                    args.torch_device,
-                    profile=args.profile and way == "compiled",
-                )
-                runs[batch].append((f"torch {way}", run))
-                said(f"torch {way}", batch, run)
-            except (RuntimeError, MemoryError) as error:  # out of memory: it does not fit
-                failed.append(did_not_fit(f"torch {way}", batch, error))
-            release_torch()  # the model and optimizer went with run_torch's frame
-    for batch in args.batch:
-        if not args.xla:
-            continue
-        program = build_train_program(  # the schedule as state, as `pcp train` builds it
-            nanogpt.MODEL,
-            config,
-            pcp_adamw.build(InnerSettings()),
-            steps_per_call=k,
-            batch_size=batch,
-            precision=args.precision,
-            schedule=schedule_values(InnerSettings()),
-        )
-        for variant in args.xla:
-            name = "pcp xla" if variant == "pcp" else f"pcp xla ({variant})"
-            print(f"batch {batch}: {name}", flush=True)
-            hlo = args.hlo_dir / f"{variant}_b{batch}.hlo.txt" if args.hlo_dir else None
-            trace = None
-            if args.host_trace:
-                trace = args.results / f"{args.stem}_{variant}_b{batch}.perfetto.json.gz"
-            try:
-                run = run_xla(
-                    variant,
-                    program,
-                    params,
-                    batches[batch],
-                    profile=args.profile,
-                    hlo=hlo,
-                    host_trace=trace,
-                )
-                runs[batch].append((name, run))
-                said(name, batch, run)
-            except Exception as error:  # XLA's out-of-memory error is of no one class
-                failed.append(did_not_fit(name, batch, error))
+
+    def batches(batch: int) -> list[tuple[np.ndarray, np.ndarray]]:
+        k, block = args.steps_per_call, config["block_size"]
+        return [corpus.batches("train", k, batch, block, (0, c)) for c in range(args.calls + 1)]
+
+    def record(batch: int, turns: list[tuple[str, Callable[[], Any]]]) -> None:
+        done, not_done = take_turns(batch, turns)
+        runs[batch] += done
+        failed.extend(not_done)
+
+    if args.interleave:
+        for batch in args.batch:
+            program = xla_program(args, config, batch) if args.xla else None
+            record(
+                batch,
+                torch_ways(args, config, params, batches(batch))
+                + xla_ways(args, program, params, batches(batch), batch),
+            )
+            del program
+            release_torch()
             gc.collect()
-        del program
-        gc.collect()
+    else:
+        for batch in args.batch:
+            for way in torch_ways(args, config, params, batches(batch)):
+                record(batch, [way])
+                release_torch()  # the model and optimizer went with the way's generator
+        for batch in args.batch:
+            if args.xla:
+                program = xla_program(args, config, batch)
+                for way in xla_ways(args, program, params, batches(batch), batch):
+                    record(batch, [way])
+                    gc.collect()
+                del program
+                gc.collect()
     return failed + [
         row
         for batch in args.batch
@@ -648,6 +623,98 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
             config["block_size"],
         )
     ]
+
+
+def torch_ways(
+    args: argparse.Namespace, config: dict[str, int], params: dict, batches: list
+) -> list[tuple[str, Callable[[], Any]]]:
+    """Each of `--torch`'s ways, named, as a function that starts its calls."""
+    return [
+        (
+            f"torch {way}",
+            functools.partial(
+                torch_calls,
+                way,
+                config,
+                params,
+                batches,
+                args.precision,
+                args.torch_device,
+                profile=args.profile and way == "compiled",
+            ),
+        )
+        for way in args.torch
+    ]
+
+
+def xla_program(args: argparse.Namespace, config: dict[str, int], batch: int) -> Any:
+    """The train program at `batch`, its schedule as state, as `pcp train` builds it."""
+    import pcp_adamw
+
+    from pcp_core.optimizers import InnerSettings, schedule_values
+    from pcp_core.program import nanogpt
+    from pcp_core.program.build import build_train_program
+
+    return build_train_program(
+        nanogpt.MODEL,
+        config,
+        pcp_adamw.build(InnerSettings()),
+        steps_per_call=args.steps_per_call,
+        batch_size=batch,
+        precision=args.precision,
+        schedule=schedule_values(InnerSettings()),
+    )
+
+
+def xla_ways(
+    args: argparse.Namespace, program: Any, params: dict, batches: list, batch: int
+) -> list[tuple[str, Callable[[], Any]]]:
+    """Each of `--xla`'s variants, named, as a function that starts its calls."""
+    ways = []
+    for variant in args.xla:
+        name = "pcp xla" if variant == "pcp" else f"pcp xla ({variant})"
+        hlo = args.hlo_dir / f"{variant}_b{batch}.hlo.txt" if args.hlo_dir else None
+        trace = None
+        if args.host_trace:
+            trace = args.results / f"{args.stem}_{variant}_b{batch}.perfetto.json.gz"
+        start = functools.partial(
+            xla_calls,
+            variant,
+            program,
+            params,
+            batches,
+            profile=args.profile,
+            hlo=hlo,
+            host_trace=trace,
+        )
+        ways.append((name, start))
+    return ways
+
+
+def take_turns(
+    batch: int, ways: list[tuple[str, Callable[[], Any]]]
+) -> tuple[list[tuple[str, dict[str, Any]]], list[dict[str, Any]]]:
+    """Run `ways` (name, a function that starts its calls) a call each in turn until all
+    have finished: their results, and a row for each that failed (out of memory, most
+    likely: neither torch's nor XLA's error for it is of one class)."""
+    running = {}
+    for name, start in ways:
+        print(f"batch {batch}: {name}", flush=True)
+        running[name] = start()
+    done: dict[str, dict[str, Any]] = {}
+    failed = []
+    while running:
+        for name, calls in list(running.items()):
+            try:
+                next(calls)
+            except StopIteration as finished:
+                done[name] = finished.value
+                said(name, batch, finished.value)
+                del running[name]
+            except Exception as error:
+                failed.append(did_not_fit(name, batch, error))
+                del running[name]
+    return [(name, done[name]) for name, _ in ways if name in done], failed
 
 
 def said(what: str, batch: int, run: dict[str, Any]) -> None:
@@ -791,6 +858,12 @@ def main() -> None:
     parser.add_argument("--precision", choices=["f32", "bf16"], default="bf16")
     parser.add_argument("--steps-per-call", type=int, default=4)
     parser.add_argument("--calls", type=int, default=5, help="timed calls (after one warm-up)")
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="the ways of a batch size take turns call by call (all in memory at once), "
+        "so that the machine's drift between calls falls on each alike",
+    )
     parser.add_argument(
         "--torch", nargs="*", choices=["eager", "compiled"], default=["eager", "compiled"]
     )
