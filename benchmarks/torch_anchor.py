@@ -9,10 +9,14 @@ through `torch.compile`. In the same process, on the same batches, PCP's `xla` b
 runs its exported step (K steps a call). Each way is timed as K steps a call, the
 batch copied to the device and the losses read back at the call's end; the figure is
 the median ms a step after one warm-up call. The losses of every way are compared
-step by step with the first PCP row's: the comparison is of equal work.
+step by step with the first PCP row's: the comparison is of equal work. One way's calls
+run after another's unless `--interleave` has them take turns, call by call: a GPU
+machine's speed drifts by a few percent over a minute, and turns spread that drift over
+every way alike.
 
     python benchmarks/torch_anchor.py --quick            # CPU: the tiny model, f32
-    python benchmarks/torch_anchor.py --size gpt2-small --batch 8 16 --precision bf16
+    python benchmarks/torch_anchor.py --size gpt2-small --batch 8 16 --precision bf16 \
+        --torch compiled --xla pcp --interleave --calls 10
 
 FLOPs a step = tokens × (6 × parameters + 12 × layers × width × block); MFU is that
 over the time and `--peak-tflops` (H100 dense bf16: 989). Memory: torch's peak allocated
