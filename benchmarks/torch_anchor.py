@@ -12,7 +12,8 @@ the median ms a step after one warm-up call. The losses of every way are compare
 step by step with the first PCP row's: the comparison is of equal work. One way's calls
 run after another's unless `--interleave` has them take turns, call by call: a GPU
 machine's speed drifts by a few percent over a minute, and turns spread that drift over
-every way alike.
+every way alike. `--power` adds each way's median SM clock, mean power and joules a step
+over its timed calls (`gpu_power.py`): at a GPU's power cap, time follows energy.
 
     python benchmarks/torch_anchor.py --quick            # CPU: the tiny model, f32
     python benchmarks/torch_anchor.py --size gpt2-small --batch 8 16 --precision bf16 \
@@ -33,6 +34,7 @@ import gc
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import time
@@ -40,6 +42,7 @@ from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import Any
 
+import gpu_power
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -324,18 +327,20 @@ def torch_calls(
         optimizer.zero_grad(set_to_none=True)
         return loss.detach()
 
-    times, losses = [], []
+    times, losses, windows = [], [], []
     for call, (inputs, targets) in enumerate(batches):
         synchronize(device)
-        started = time.perf_counter()
+        started, began = time.perf_counter(), time.time()
         x = torch.from_numpy(inputs).to(device, torch.long, non_blocking=True)
         y = torch.from_numpy(targets).to(device, torch.long, non_blocking=True)
         call_losses = [step(x[i], y[i], rates[call * k + i]) for i in range(k)]
         losses += torch.stack(call_losses).float().cpu().tolist()  # waits for the GPU
         times.append((time.perf_counter() - started) / k)
+        windows.append((began, time.time()))
         yield
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
-    result = {"times": times, "losses": losses, "peak_memory_gb": round(peak / 2**30, 2)}
+    result = {"times": times, "losses": losses, "windows": windows}
+    result["peak_memory_gb"] = round(peak / 2**30, 2)
     if profile:
         inputs, targets = batches[-1]
         x = torch.from_numpy(inputs).to(device, torch.long)
@@ -492,14 +497,15 @@ def xla_calls(
     initial = list(params.values())
     executor.set_params(initial)
     executor.set_opt_state(program.init_opt_state(initial))
-    times, losses, dispatch_s = [], [], []
+    times, losses, dispatch_s, windows = [], [], [], []
     k = program.steps_per_call
     for inputs, targets in batches:
-        started = time.perf_counter()
+        started, began = time.perf_counter(), time.time()
         fetch = executor.dispatch(inputs, targets)  # queued: the host's share of the call
         dispatch_s.append(time.perf_counter() - started)
         losses += [float(v) for v in fetch()]  # waits for the device
         times.append((time.perf_counter() - started) / k)
+        windows.append((began, time.time()))
         yield
     peak = xla_peak_memory(executor.devices[0])
     step_memory = xla_step_memory(executor._step)
@@ -522,6 +528,7 @@ def xla_calls(
         "host_trace": traced,
         "times": times,
         "losses": losses,
+        "windows": windows,
         "build_and_compile_s": round(build_s, 1),
         # the host's time to queue a call: launching its kernels, before it waits for them
         "dispatch_ms_median": round(statistics.median(dispatch_s[1:]) * 1e3, 2),
@@ -591,6 +598,33 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
         runs[batch] += done
         failed.extend(not_done)
 
+    sampler = gpu_power.PowerSampler() if args.power else None
+    with sampler or contextlib.nullcontext():
+        run_ways(args, config, params, batches, record)
+    return failed + [
+        row
+        for batch in args.batch
+        if runs[batch]
+        for row in rows_of(
+            args,
+            runs[batch],
+            batch,
+            flops_per_step(config, parameters, batch),
+            config["block_size"],
+            sampler.samples if sampler else [],
+        )
+    ]
+
+
+def run_ways(
+    args: argparse.Namespace,
+    config: dict[str, int],
+    params: dict,
+    batches: Callable[[int], list],
+    record: Callable[[int, list], None],
+) -> None:
+    """Hand `record` every batch size's ways to run: all of a batch size's at once to
+    take turns, or one at a time, torch's first (see `measure`)."""
     if args.interleave:
         for batch in args.batch:
             program = xla_program(args, config, batch) if args.xla else None
@@ -615,18 +649,6 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
                     gc.collect()
                 del program
                 gc.collect()
-    return failed + [
-        row
-        for batch in args.batch
-        if runs[batch]
-        for row in rows_of(
-            args,
-            runs[batch],
-            batch,
-            flops_per_step(config, parameters, batch),
-            config["block_size"],
-        )
-    ]
 
 
 def torch_ways(
@@ -740,8 +762,10 @@ def rows_of(
     batch: int,
     flops: float,
     block: int,
+    samples: list[tuple[float, float, float]],
 ) -> list[dict[str, Any]]:
-    """One row a way; losses compared with the first PCP way's (else the first way's)."""
+    """One row a way; losses compared with the first PCP way's (else the first way's);
+    with `samples` (gpu_power's), the GPU's clock and power over the way's timed calls."""
     k = args.steps_per_call
     reference_name, reference = next(((n, r) for n, r in runs if n.startswith("pcp")), runs[0])
     rows = []
@@ -765,8 +789,12 @@ def rows_of(
         }
         if args.peak_tflops:
             row["mfu"] = round(flops / (ms / 1e3) / (args.peak_tflops * 1e12), 4)
+        power = gpu_power.during(samples, run["windows"][1:]) if samples else None
+        if power:  # joules a step: the mean power over the calls' time a step
+            row |= power | {"joules_per_step": round(power["power_w_mean"] * ms / 1e3, 2)}
         texts = ("kernels", "host_trace")
-        row |= {k: v for k, v in run.items() if k not in ("times", "losses", *texts)}
+        kept_out = ("times", "losses", "windows", *texts)
+        row |= {k: v for k, v in run.items() if k not in kept_out}
         for text in texts:
             if run.get(text):
                 path = args.results / f"{args.stem}_{text}.txt"
@@ -822,11 +850,18 @@ def machine() -> dict[str, Any]:
     return info
 
 
+def power_cells(row: dict[str, Any]) -> str:
+    if "joules_per_step" not in row:
+        return " | | |"
+    return f" {row['sm_mhz_median']:.0f} | {row['power_w_mean']} | {row['joules_per_step']} |"
+
+
 def write_results(results: Path, stem: str, info: dict, rows: list[dict], command: str) -> None:
     results.mkdir(parents=True, exist_ok=True)
     body = {"machine": info, "command": command, "rows": rows}
     (results / f"{stem}.json").write_text(json.dumps(body, indent=2) + "\n")
     mfu = any("mfu" in r for r in rows)
+    power = any("joules_per_step" in r for r in rows)
     device = info.get("torch_device") or info["jax_device"]
     lines = [
         f"PCP's nanoGPT train step against the PyTorch anchor on {device} (jax {info['jax']}, "
@@ -834,8 +869,12 @@ def write_results(results: Path, stem: str, info: dict, rows: list[dict], comman
         f"    {command}\n",
         "| what | batch | precision | ms/step | tokens/s | TFLOP/s |"
         + (" MFU |" if mfu else "")
+        + (" SM MHz | W | J/step |" if power else "")
         + " memory (GB) | loss first → last | max |Δloss| vs PCP |",
-        "|---|---|---|---|---|---|" + ("---|" if mfu else "") + "---|---|---|",
+        "|---|---|---|---|---|---|"
+        + ("---|" if mfu else "")
+        + ("---|---|---|" if power else "")
+        + "---|---|---|",
     ]
     for r in rows:
         if "error" in r:
@@ -846,6 +885,7 @@ def write_results(results: Path, stem: str, info: dict, rows: list[dict], comman
             f"| {r['what']} | {r['batch_size']} | {r['precision']} | {r['ms_per_step']} "
             f"| {r['tokens_per_s']:,} | {r['tflops']} |"
             + (f" {r['mfu']:.1%} |" if mfu else "")
+            + (power_cells(r) if power else "")
             + f" {memory} |"
             + f" {r['first_loss']:.4f} → {r['last_loss']:.4f}"
             + f" | {r['loss_max_abs_difference']:.2e} |"
@@ -875,6 +915,12 @@ def main() -> None:
     parser.add_argument("--torch-device", default=None, help="default: cuda if torch has it")
     parser.add_argument("--peak-tflops", type=float, default=None, help="default: H100's on one")
     parser.add_argument("--profile", action="store_true", help="kernel tables (CUDA only)")
+    parser.add_argument(
+        "--power",
+        action="store_true",
+        help="sample the GPU's SM clock and power with nvidia-smi: each way's median clock, "
+        "mean power and joules a step over its timed calls",
+    )
     parser.add_argument("--hlo-dir", type=Path, default=None, help="write each xla step's HLO")
     parser.add_argument(
         "--host-trace",
@@ -892,6 +938,8 @@ def main() -> None:
 
     from pcp_core.data import text as data
 
+    if args.power and shutil.which("nvidia-smi") is None:
+        parser.error("--power needs nvidia-smi, which is not on PATH")
     if args.quick:
         args.size, args.batch, args.precision = "default", [4], "f32"
         args.steps_per_call, args.calls = 2, 3
