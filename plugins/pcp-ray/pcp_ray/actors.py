@@ -48,30 +48,40 @@ def dies_with_parent() -> Callable[[], None] | None:
 
 @ray.remote
 class PcpProcess:
-    """Runs `command` (with the shepherd's run options if `shepherd_dir` is given)
-    until it ends, its output appended to `log`."""
+    """Runs `command` from the moment the actor starts, its output appended to `log`:
+    SHEPHERD_ADDRESS in it replaced by `shepherd`, and the shepherd's run options added
+    if `shepherd_dir` is given.
 
-    def __init__(self, command: list[str], log: str, shepherd_dir: str | None = None) -> None:
-        self.command, self.log = command, Path(log)
-        self.shepherd_dir = None if shepherd_dir is None else Path(shepherd_dir)
+    The process starts in the constructor, not in a task, because Ray runs the
+    constructor again when it restarts the actor. It does not always retry a task that
+    was running when the actor died: in CI, a killed worker's restarted actor never got
+    its task back, and the worker never rejoined.
+    """
+
+    def __init__(
+        self,
+        command: list[str],
+        log: str,
+        shepherd: str | None = None,
+        shepherd_dir: str | None = None,
+    ) -> None:
+        command = [word.replace(SHEPHERD_ADDRESS, shepherd or "") for word in command]
+        if shepherd_dir is not None:
+            command += resume_or_start(Path(shepherd_dir))
+        with Path(log).open("ab") as out:
+            self.child = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                cwd=Path(log).parent,
+                preexec_fn=dies_with_parent(),
+            )
 
     def node_address(self) -> str:
         """The address of this actor's node, as the other nodes reach it."""
         return ray.util.get_node_ip_address()
 
-    def run(self, shepherd: str | None = None) -> int:
-        """Run the command to its end (SHEPHERD_ADDRESS in it replaced by `shepherd`);
-        its exit status."""
-        command = [word.replace(SHEPHERD_ADDRESS, shepherd or "") for word in self.command]
-        if self.shepherd_dir is not None:
-            command += resume_or_start(self.shepherd_dir)
-        with self.log.open("ab") as out:
-            child = subprocess.Popen(
-                command,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                cwd=self.log.parent,
-                preexec_fn=dies_with_parent(),
-            )
-            return child.wait()
+    def exit_status(self) -> int | None:
+        """The command's exit status; None while it runs."""
+        return self.child.poll()

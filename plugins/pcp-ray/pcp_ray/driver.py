@@ -4,8 +4,8 @@ It joins the Ray cluster, starts the shepherd's actor, then one actor per worker
 placed by the resources the plan names, and waits for the shepherd to end. The actors
 belong to the driver: when it ends (the run is over, Ctrl-C, SIGTERM, or the driver
 dies), Ray ends them and their processes with it. A worker actor that dies is restarted
-by Ray (up to `max-restarts` times), its `run` is retried, and the new worker rejoins.
-Running the driver again resumes the run from its last checkpoint.
+by Ray (up to `max-restarts` times); the new actor starts its process again, and the new
+worker rejoins. Running the driver again resumes the run from its last checkpoint.
 """
 
 import json
@@ -61,9 +61,8 @@ def local_resources(plan: dict[str, Any]) -> dict[str, Any]:
     return {"address": None, "num_cpus": max(cpus, os.cpu_count() or 1), "resources": wanted}
 
 
-def start_actors(plan: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
-    """The shepherd's and the workers' actors, running: (shepherd, workers, the
-    workers' runs, the shepherd's run)."""
+def start_actors(plan: dict[str, Any]) -> tuple[Any, list[Any]]:
+    """The shepherd's and the workers' actors, their processes running."""
     import ray
 
     from pcp_ray.actors import PcpProcess
@@ -78,11 +77,10 @@ def start_actors(plan: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
         max_restarts=restarts,
         max_task_retries=-1,
         runtime_env=runtime_env,
-    ).remote(plan["shepherd"], str(run_dir / "shepherd.log"), plan["shepherd_dir"])
+    ).remote(plan["shepherd"], str(run_dir / "shepherd.log"), shepherd_dir=plan["shepherd_dir"])
     address = shepherd.node_address.remote()
     placed([address], "shepherd", {"CPU": 1, **plan["shepherd_resources"]})
     host = ray.get(address)
-    shepherd_run = shepherd.run.remote()
     log.info("shepherd started", node=host, log=str(run_dir / "shepherd.log"))
     workers = [
         PcpProcess.options(
@@ -93,15 +91,14 @@ def start_actors(plan: dict[str, Any]) -> tuple[Any, list[Any], list[Any], Any]:
             max_restarts=restarts,
             max_task_retries=-1,
             runtime_env=runtime_env,
-        ).remote(plan["worker"], str(run_dir / f"worker-{index}.log"))
+        ).remote(plan["worker"], str(run_dir / f"worker-{index}.log"), shepherd=host)
         for index in range(plan["workers"])
     ]
     addresses = [worker.node_address.remote() for worker in workers]  # answered once placed
-    worker_runs = [worker.run.remote(host) for worker in workers]
     asked = {"CPU": plan["cpus_per_worker"], "GPU": plan["gpus_per_worker"]}
     placed(addresses, "workers", {**asked, **plan["worker_resources"]})
     log.info("workers started", count=len(workers), logs=str(run_dir / "worker-N.log"))
-    return shepherd, workers, worker_runs, shepherd_run
+    return shepherd, workers
 
 
 def placed(refs: list[Any], what: str, asked: dict[str, float]) -> None:
@@ -131,6 +128,37 @@ def wait_for(refs: list[Any], seconds: float | None) -> list[Any]:
     return pending
 
 
+def exit_statuses(actors: list[Any], seconds: float | None) -> list[int | None]:
+    """The exit statuses of the actors' processes once all have ended, or as they stand
+    after `seconds` (None: wait for ever), None for one still running; 1 for an actor that
+    died and that Ray will not restart.
+
+    Each actor is asked anew every POLL_S, so the driver takes signals, and reaches an
+    actor that Ray restarted, whose process is a new one.
+    """
+    import ray
+
+    deadline = None if seconds is None else time.monotonic() + seconds
+    statuses: list[int | None] = [None] * len(actors)
+    while True:
+        asked = {i: actors[i].exit_status.remote() for i, s in enumerate(statuses) if s is None}
+        answered, _ = ray.wait(list(asked.values()), num_returns=len(asked), timeout=POLL_S)
+        for i, ref in asked.items():
+            if ref in answered:
+                try:
+                    statuses[i] = ray.get(ref)
+                except ray.exceptions.RayActorError as error:
+                    log.warning("an actor died for good", error=str(error).splitlines()[0])
+                    statuses[i] = 1
+        if SIGNALLED:
+            raise Stopped(SIGNALLED[0])
+        if all(s is not None for s in statuses):
+            return statuses
+        if deadline is not None and time.monotonic() >= deadline:
+            return statuses
+        time.sleep(POLL_S)
+
+
 def stop_on_signals() -> None:
     """SIGTERM and SIGINT make the driver's next wait raise `Stopped` (raised inside
     Ray's own wait, an exception would come out mangled), so it ends its actors."""
@@ -158,13 +186,13 @@ def run(plan: dict[str, Any]) -> int:
     stop_on_signals()  # after ray.init, which puts its own handlers (an abort) in place
     actors: list[Any] = []
     try:
-        shepherd, workers, worker_runs, shepherd_run = start_actors(plan)
+        shepherd, workers = start_actors(plan)
         actors = [shepherd, *workers]
-        wait_for([shepherd_run], None)
-        status = ray.get(shepherd_run)
+        (status,) = exit_statuses([shepherd], None)
+        assert status is not None  # waited for ever
         log.info("the shepherd ended", status=status)
         # a shepherd that stopped the run tells its workers; one that failed does not
-        wait_for(worker_runs, WORKERS_GRACE_S if status == 0 else 0)
+        exit_statuses(workers, WORKERS_GRACE_S if status == 0 else 0)
         return status
     finally:
         for actor in actors:
