@@ -40,7 +40,7 @@ import sys
 import time
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gpu_power
 import numpy as np
@@ -339,8 +339,12 @@ def torch_calls(
         windows.append((began, time.time()))
         yield
     peak = torch.cuda.max_memory_allocated() if device.type == "cuda" else 0
-    result = {"times": times, "losses": losses, "windows": windows}
-    result["peak_memory_gb"] = round(peak / 2**30, 2)
+    result = {
+        "times": times,
+        "losses": losses,
+        "windows": windows,
+        "peak_memory_gb": round(peak / 2**30, 2),
+    }
     if profile:
         inputs, targets = batches[-1]
         x = torch.from_numpy(inputs).to(device, torch.long)
@@ -588,13 +592,14 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
     parameters = int(sum(p.size for p in params.values()))
     runs: dict[int, list[tuple[str, dict[str, Any]]]] = {batch: [] for batch in args.batch}
     failed: list[dict[str, Any]] = []
+    k, block = args.steps_per_call, config["block_size"]
+    batches = {
+        batch: [corpus.batches("train", k, batch, block, (0, c)) for c in range(args.calls + 1)]
+        for batch in args.batch
+    }
 
-    def batches(batch: int) -> list[tuple[np.ndarray, np.ndarray]]:
-        k, block = args.steps_per_call, config["block_size"]
-        return [corpus.batches("train", k, batch, block, (0, c)) for c in range(args.calls + 1)]
-
-    def record(batch: int, turns: list[tuple[str, Callable[[], Any]]]) -> None:
-        done, not_done = take_turns(batch, turns)
+    def record(batch: int, ways: list[Way]) -> None:
+        done, not_done = take_turns(batch, ways)
         runs[batch] += done
         failed.extend(not_done)
 
@@ -616,12 +621,21 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
     ]
 
 
+class Way(NamedTuple):
+    """One way to run the step: its name, a function that starts its calls (a generator
+    that runs one a time it is resumed), and the errors that mean it did not fit."""
+
+    name: str
+    start: Callable[[], Generator[None, None, dict[str, Any]]]
+    not_fitting: tuple[type[BaseException], ...]
+
+
 def run_ways(
     args: argparse.Namespace,
     config: dict[str, int],
     params: dict,
-    batches: Callable[[int], list],
-    record: Callable[[int, list], None],
+    batches: dict[int, list],
+    record: Callable[[int, list[Way]], None],
 ) -> None:
     """Hand `record` every batch size's ways to run: all of a batch size's at once to
     take turns, or one at a time, torch's first (see `measure`)."""
@@ -630,21 +644,21 @@ def run_ways(
             program = xla_program(args, config, batch) if args.xla else None
             record(
                 batch,
-                torch_ways(args, config, params, batches(batch))
-                + xla_ways(args, program, params, batches(batch), batch),
+                torch_ways(args, config, params, batches[batch])
+                + xla_ways(args, program, params, batches[batch], batch),
             )
             del program
             release_torch()
             gc.collect()
     else:
         for batch in args.batch:
-            for way in torch_ways(args, config, params, batches(batch)):
+            for way in torch_ways(args, config, params, batches[batch]):
                 record(batch, [way])
                 release_torch()  # the model and optimizer went with the way's generator
         for batch in args.batch:
             if args.xla:
                 program = xla_program(args, config, batch)
-                for way in xla_ways(args, program, params, batches(batch), batch):
+                for way in xla_ways(args, program, params, batches[batch], batch):
                     record(batch, [way])
                     gc.collect()
                 del program
@@ -653,10 +667,10 @@ def run_ways(
 
 def torch_ways(
     args: argparse.Namespace, config: dict[str, int], params: dict, batches: list
-) -> list[tuple[str, Callable[[], Any]]]:
-    """Each of `--torch`'s ways, named, as a function that starts its calls."""
+) -> list[Way]:
+    """Each of `--torch`'s ways."""
     return [
-        (
+        Way(
             f"torch {way}",
             functools.partial(
                 torch_calls,
@@ -668,6 +682,7 @@ def torch_ways(
                 args.torch_device,
                 profile=args.profile and way == "compiled",
             ),
+            (RuntimeError, MemoryError),  # torch's out of memory is a RuntimeError
         )
         for way in args.torch
     ]
@@ -694,8 +709,8 @@ def xla_program(args: argparse.Namespace, config: dict[str, int], batch: int) ->
 
 def xla_ways(
     args: argparse.Namespace, program: Any, params: dict, batches: list, batch: int
-) -> list[tuple[str, Callable[[], Any]]]:
-    """Each of `--xla`'s variants, named, as a function that starts its calls."""
+) -> list[Way]:
+    """Each of `--xla`'s variants."""
     ways = []
     for variant in args.xla:
         name = "pcp xla" if variant == "pcp" else f"pcp xla ({variant})"
@@ -713,34 +728,33 @@ def xla_ways(
             hlo=hlo,
             host_trace=trace,
         )
-        ways.append((name, start))
+        ways.append(Way(name, start, (Exception,)))  # XLA's out of memory is of no one class
     return ways
 
 
 def take_turns(
-    batch: int, ways: list[tuple[str, Callable[[], Any]]]
+    batch: int, ways: list[Way]
 ) -> tuple[list[tuple[str, dict[str, Any]]], list[dict[str, Any]]]:
-    """Run `ways` (name, a function that starts its calls) a call each in turn until all
-    have finished: their results, and a row for each that failed (out of memory, most
-    likely: neither torch's nor XLA's error for it is of one class)."""
+    """Run `ways` a call each in turn until all have finished: their results, and a row
+    for each that did not fit."""
     running = {}
-    for name, start in ways:
-        print(f"batch {batch}: {name}", flush=True)
-        running[name] = start()
+    for way in ways:
+        print(f"batch {batch}: {way.name}", flush=True)
+        running[way.name] = (way.start(), way.not_fitting)
     done: dict[str, dict[str, Any]] = {}
     failed = []
     while running:
-        for name, calls in list(running.items()):
+        for name, (calls, not_fitting) in list(running.items()):
             try:
                 next(calls)
             except StopIteration as finished:
                 done[name] = finished.value
                 said(name, batch, finished.value)
                 del running[name]
-            except Exception as error:
+            except not_fitting as error:
                 failed.append(did_not_fit(name, batch, error))
                 del running[name]
-    return [(name, done[name]) for name, _ in ways if name in done], failed
+    return [(way.name, done[way.name]) for way in ways if way.name in done], failed
 
 
 def said(what: str, batch: int, run: dict[str, Any]) -> None:

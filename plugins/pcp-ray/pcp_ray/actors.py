@@ -68,13 +68,14 @@ class PcpProcess:
         command = [word.replace(SHEPHERD_ADDRESS, shepherd or "") for word in command]
         if shepherd_dir is not None:
             command += resume_or_start(Path(shepherd_dir))
-        with Path(log).open("ab") as out:
+        log_path = Path(log)
+        with log_path.open("ab") as out:
             self.child = subprocess.Popen(
                 command,
                 stdin=subprocess.DEVNULL,
                 stdout=out,
                 stderr=subprocess.STDOUT,
-                cwd=Path(log).parent,
+                cwd=log_path.parent,
                 preexec_fn=dies_with_parent(),
             )
 
