@@ -42,9 +42,12 @@ def test_layer_norm(rng) -> None:
     assert_same_gradients(layers.layer_norm(), reference, inputs, cotangent)
 
 
-def test_gelu(rng) -> None:
+@pytest.mark.parametrize("sigmoid_form", [False, True])
+def test_gelu(rng, monkeypatch, sigmoid_form) -> None:
     import jax
 
+    if sigmoid_form:  # the portable trace (platform None) takes the form as CUDA's would
+        monkeypatch.setattr(layers, "GELU_SIGMOID_PLATFORMS", (None,))
     x = rng.standard_normal((4, 32)).astype(np.float32) * 3
     cotangent = rng.standard_normal((4, 32)).astype(np.float32)
     reference = lambda x: jax.nn.gelu(x, approximate=True)  # noqa: E731

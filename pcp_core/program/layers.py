@@ -34,6 +34,14 @@ BF16_PRODUCT_OUTPUT_PLATFORMS: tuple[str, ...] = ("cuda",)
 # forward's (the same ops on the same bf16 input) and keeps tanh from the forward pass to
 # the backward in float32, twice the bytes of the input it would recompute from.
 GELU_RECOMPUTED_PLATFORMS: tuple[str, ...] = ("cuda",)
+# Platforms whose exported program computes GELU's tanh approximation as x·σ(2u), with
+# u = √(2/π)(x + 0.044715x³) (see `gelu_value`), since 0.5(1 + tanh(u)) = σ(2u): an exp
+# and a division per element where XLA's tanh is a clamped rational polynomial and a
+# division. The GELU passes are bound by that arithmetic, not by their bytes: on an H200
+# at batch 16 the forward pass 83.7 → 71.1 us a layer (torch.compile's: 69.7), the
+# backward 105.6 → 96.3; a step 34.92 → 34.85 ms in turns (the power cap takes back
+# part of it), at batch 32 66.52 → 66.20.
+GELU_SIGMOID_PLATFORMS: tuple[str, ...] = ("cuda",)
 # Platforms whose exported program gives layer norm's backward pass the forward's mean
 # and 1/σ from behind an optimization barrier (see `layer_norm`), so that XLA keeps them
 # ([tokens] each): else it recomputes them wherever x̂ is needed, and the weight's
@@ -224,7 +232,10 @@ def gelu_value(x):
     import jax.numpy as jnp
 
     y = x.astype(jnp.float32)  # (a bf16 product's output is computed in float32)
-    return (0.5 * y * (1.0 + jnp.tanh(GELU_C * (y + 0.044715 * (y * y * y))))).astype(x.dtype)
+    u = GELU_C * (y + 0.044715 * (y * y * y))
+    if export_platform() in GELU_SIGMOID_PLATFORMS:
+        return (y / (1.0 + jnp.exp(-2.0 * u))).astype(x.dtype)
+    return (0.5 * y * (1.0 + jnp.tanh(u))).astype(x.dtype)
 
 
 def gelu_slope(x):
@@ -232,8 +243,13 @@ def gelu_slope(x):
     import jax.numpy as jnp
 
     x = x.astype(jnp.float32)
-    t = jnp.tanh(GELU_C * (x + 0.044715 * (x * x * x)))
-    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * GELU_C * (1.0 + 3 * 0.044715 * x * x)
+    u = GELU_C * (x + 0.044715 * (x * x * x))
+    du = GELU_C * (1.0 + 3 * 0.044715 * x * x)
+    if export_platform() in GELU_SIGMOID_PLATFORMS:
+        s = 1.0 / (1.0 + jnp.exp(-2.0 * u))  # σ(2u) = 0.5(1 + tanh(u))
+        return s + 2.0 * x * s * (1.0 - s) * du
+    t = jnp.tanh(u)
+    return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * du
 
 
 @functools.cache

@@ -3,7 +3,7 @@
 The CUDA export takes forms XLA compiles well (pcp_core.program.layers.XLA_FORM_PLATFORMS,
 BF16_PRODUCT_OUTPUT_PLATFORMS, GELU_RECOMPUTED_PLATFORMS, LAYER_NORM_STATISTICS_KEPT_PLATFORMS,
 LAYER_NORM_ONE_PASS_PLATFORMS, DENSE_GELU_PLATFORMS, LAYER_NORM_ONE_SUM_PLATFORMS,
-losses.ONE_PASS_LOGSUMEXP_PLATFORMS,
+GELU_SIGMOID_PLATFORMS, losses.ONE_PASS_LOGSUMEXP_PLATFORMS,
 nanogpt.SORTED_EMBEDDING_PLATFORMS, RESIDUAL_GRADIENT_KEPT_PLATFORMS, BF16_ATTENTION_PLATFORMS,
 NORM_FOLDED_PLATFORMS, POSITION_ADDS_PLATFORMS,
 pcp_core.program.precision.SINGLE_PRODUCT_PLATFORMS); here they are switched on for the CPU,
@@ -56,6 +56,7 @@ def xla_forms_here(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(layers, "LAYER_NORM_ONE_PASS_PLATFORMS", (PLATFORM,))
     monkeypatch.setattr(layers, "DENSE_GELU_PLATFORMS", (PLATFORM,))
     monkeypatch.setattr(layers, "LAYER_NORM_ONE_SUM_PLATFORMS", (PLATFORM,))
+    monkeypatch.setattr(layers, "GELU_SIGMOID_PLATFORMS", (PLATFORM,))
     monkeypatch.setattr(nanogpt, "NORM_FOLDED_PLATFORMS", (PLATFORM,))
     monkeypatch.setattr(nanogpt, "POSITION_ADDS_PLATFORMS", (PLATFORM,))
 
