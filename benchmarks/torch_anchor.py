@@ -132,6 +132,8 @@ XLA_VARIANTS: dict[str, dict[str, Any]] = {
     "position-reduced": {"position_adds": NONE},
     # then (2026-11-29, session 20) GELU as x·σ(2u): an exp where XLA's tanh is a polynomial
     "gelu-tanh": {"gelu_sigmoid": NONE},
+    # attention in the portable form, not cuDNN's (under ncu, PCP's step crashed with it)
+    "unfused-attention": {"attention": NONE},
 }
 
 

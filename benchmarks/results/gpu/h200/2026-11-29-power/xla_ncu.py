@@ -20,6 +20,7 @@ def main() -> None:
     parser.add_argument("--batch", type=int, default=16)
     parser.add_argument("--precision", choices=["f32", "bf16"], default="bf16")
     parser.add_argument("--steps-per-call", type=int, default=1)
+    parser.add_argument("--variant", choices=list(torch_anchor.XLA_VARIANTS), default="pcp")
     args = parser.parse_args()
 
     from pcp_core.data import text as data
@@ -35,7 +36,7 @@ def main() -> None:
         corpus.batches("train", args.steps_per_call, args.batch, config["block_size"], (0, call))
         for call in range(2)
     ]
-    for _ in torch_anchor.xla_calls("pcp", program, params, batches, ncu=True):
+    for _ in torch_anchor.xla_calls(args.variant, program, params, batches, ncu=True):
         pass
 
 
