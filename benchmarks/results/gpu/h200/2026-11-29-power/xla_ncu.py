@@ -9,7 +9,7 @@ import argparse
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).parents[3]))  # benchmarks/
+sys.path.insert(0, str(Path(__file__).parents[4]))  # benchmarks/
 
 import torch_anchor
 
