@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import socket
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -150,7 +151,9 @@ def load_setup(
     else:
         tokens = tensors["tokens"].astype(np.int32)
         dataset = CharCorpus(list(settings.vocabulary or ()), tokens, tokens[:0], "shepherd")
+    started = time.monotonic()  # an `xla` worker compiles here, an IREE one loads its module
     executor = runtime.open(artifact, backend, specs, options.device)
+    log.info("program ready", seconds=round(time.monotonic() - started, 1))
     executor.set_opt_state([tensors[s.name] for s in specs.opt_specs])
     return executor, dataset, settings
 

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+import structlog
 
 from pcp_core.backends import (
     Artifact,
@@ -34,6 +35,8 @@ from pcp_core.backends import (
 )
 from pcp_core.program.build import PLATFORM_CUSTOM_CALLS, TensorSpec, conforming
 from pcp_core.program.mesh import data_mesh
+
+log = structlog.get_logger(__name__)
 
 KIND = "xla-export"
 PLATFORMS = ("cpu", "cuda", "rocm", "tpu")  # what jax.export lowers for
@@ -189,6 +192,32 @@ class XlaRuntime:
 XLA = XlaRuntime()
 
 
+@functools.cache
+def keep_compiled_steps() -> None:
+    """Keep XLA's executables in jax's persistent compilation cache, `xla/` in PCP's
+    compile cache, so that a worker that joins again with the same program (restarted by
+    its supervisor, or in the next run) loads the compiled step instead of compiling it:
+    XLA takes seconds to a minute for it on a GPU, autotuning included. jax runs what that
+    cache holds as code, so it is used only where PCP's compile cache is private
+    (`private_cache_dir`), and a directory the user gave jax themselves stands."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+
+    from pcp_core.iree.compiler import private_cache_dir
+
+    if jax.config.jax_compilation_cache_dir:
+        return
+    directory = private_cache_dir()
+    if directory is None:
+        return
+    try:
+        (directory / "xla").mkdir(mode=0o700, exist_ok=True)
+    except OSError as error:
+        log.warning("compiled steps not kept; compiling each time", reason=str(error))
+        return
+    compilation_cache.set_cache_dir(str(directory / "xla"))
+
+
 class XlaExecutor:
     """A deserialized step on one jax device or a mesh of several, holding the training
     state there, each tensor placed as the program says (`TrainProgram.export`)."""
@@ -238,6 +267,7 @@ class XlaExecutor:
         ]
         args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, avals)
         step = jax.jit(exported.call, donate_argnums=(0, 1))
+        keep_compiled_steps()
         self._step = step.lower(*args, **kwargs).compile(COMPILER_OPTIONS.get(here) or None)
         self._params: tuple[Any, ...] | None = None
         self._opt_state: tuple[Any, ...] | None = None

@@ -111,6 +111,46 @@ def test_compiler_options_for_the_platform_reach_the_compile(
     XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
 
 
+def test_a_second_executor_loads_the_compiled_step_from_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A worker that joins again compiles nothing: the step comes from jax's persistent
+    compilation cache in PCP's compile cache."""
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache
+    from pcp_xla import runtime
+
+    _, _, program = reference()
+    artifact = XLA.build(program, BACKEND, PLATFORM)
+    monkeypatch.setenv("PCP_CACHE_DIR", str(tmp_path))
+    hits: list[str] = []
+
+    def on_event(event: str, **_: Any) -> None:
+        if event == "/jax/compilation_cache/cache_hits":
+            hits.append(event)
+
+    saved = (
+        jax.config.jax_compilation_cache_dir,
+        jax.config.jax_persistent_cache_min_compile_time_secs,
+    )
+    jax.config.update("jax_compilation_cache_dir", None)  # as in a fresh worker process
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # (a CPU compile is quick)
+    compilation_cache.reset_cache()
+    runtime.keep_compiled_steps.cache_clear()
+    jax.monitoring.register_event_listener(on_event)
+    try:
+        XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
+        assert not hits and any((tmp_path / "xla").iterdir())
+        XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
+        assert hits
+    finally:
+        jax.monitoring.unregister_event_listener(on_event)
+        jax.config.update("jax_compilation_cache_dir", saved[0])
+        jax.config.update("jax_persistent_cache_min_compile_time_secs", saved[1])
+        compilation_cache.reset_cache()
+        runtime.keep_compiled_steps.cache_clear()
+
+
 def test_a_params_snapshot_outlives_the_next_call_and_feeds_another_executor() -> None:
     corpus, config, program = reference()
     artifact = XLA.build(program, BACKEND, PLATFORM)
