@@ -1,8 +1,10 @@
 #!/bin/bash
-# Issue 32, session 20, call 5 (it crashed the same way): call 4 again for PCP, whose
+# Issue 32, session 20, call 6 (it crashed the same way): call 4 again for PCP, whose
 # process (torch and XLA in one) crashed under ncu while XLA compiled (segmentation
 # fault). Here PCP's step runs in a process without torch (xla_ncu.py beside this
-# script), its range opened through the driver.
+# script), its range opened through the driver. Call 5, an earlier version of this
+# script, autotuned into a cache without ncu first and captured no CUDA graphs
+# (bytes_pcp_autotune_log.txt).
 set -u
 source scripts/device_env.sh
 export XLA_PYTHON_CLIENT_PREALLOCATE=false

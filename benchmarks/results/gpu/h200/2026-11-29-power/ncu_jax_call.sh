@@ -1,6 +1,6 @@
 #!/bin/bash
-# Issue 32, session 20, call 6: which set-up lets a jax process run under ncu (calls 4
-# and 5 crashed). A small jitted product under ncu, profiling nothing and then everything,
+# Issue 32, session 20, call 7: which set-up lets a jax process run under ncu (calls 4
+# to 6 crashed). A small jitted product under ncu, profiling nothing and then everything,
 # with jax's default allocator, the platform allocator, and no CUDA graphs; then PCP's
 # step (xla_ncu.py) with the first set-up that ran.
 set -u

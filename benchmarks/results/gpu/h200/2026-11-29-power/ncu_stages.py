@@ -1,6 +1,6 @@
 """How far PCP's step process gets under ncu: stage 1 imports PCP and runs a small jitted
 product; 2 also builds the train program; 3 also exports and compiles it for the GPU;
-4 also runs a call. Call 8 runs each stage under ncu; the first that crashes is where."""
+4 also runs a call. Call 9 runs each stage under ncu; the first that crashes is where."""
 
 import sys
 from pathlib import Path

@@ -1,6 +1,6 @@
 #!/bin/bash
-# Issue 32, session 20, call 8: PCP's step process under ncu, stage by stage (ncu_stages.py),
-# to find what crashes it (calls 4, 5 and 7), profiling nothing.
+# Issue 32, session 20, call 9: PCP's step process under ncu, stage by stage (ncu_stages.py),
+# to find what crashes it (calls 4-6 and 8), profiling nothing.
 set -u
 source scripts/device_env.sh
 export XLA_PYTHON_CLIENT_PREALLOCATE=false

@@ -1,5 +1,5 @@
 #!/bin/bash
-# Issue 32, session 20, call 7: a small jitted product ran under ncu (call 6), PCP's step did
+# Issue 32, session 20, call 8: a small jitted product ran under ncu (call 7), PCP's step did
 # not. Does cuDNN's attention make the difference? PCP's step with attention in the
 # portable form under ncu, and the bytes of what it shares with torch's step.
 set -u
