@@ -27,8 +27,13 @@ METRICS = {
     "lts__t_bytes.sum": "l2_gb",
     "sm__inst_executed.sum": "g_instructions",
 }
-SCALE = {"ms": 1e-6, "dram_read_gb": 1e-9, "dram_write_gb": 1e-9, "l2_gb": 1e-9}
-SCALE["g_instructions"] = 1e-9
+SCALE = {
+    "ms": 1e-6,
+    "dram_read_gb": 1e-9,
+    "dram_write_gb": 1e-9,
+    "l2_gb": 1e-9,
+    "g_instructions": 1e-9,
+}
 # Kernel names by kind: cuBLAS's (nvjet, cutlass, xmma), XLA's Triton products
 # (gemm_fusion), cuDNN's and torch's attention.
 PRODUCTS = ("nvjet", "gemm", "cutlass", "xmma", "splitkreduce")
@@ -36,6 +41,7 @@ ATTENTION = ("sdpa", "flash", "cudnn", "fmha", "attention")
 
 
 def kind_of(kernel: str) -> str:
+    """ "products", "attention" or "other", by the kernel's name."""
     name = kernel.lower()
     if any(word in name for word in ATTENTION):
         return "attention"
@@ -46,15 +52,19 @@ def kind_of(kernel: str) -> str:
 
 def read_kernels(path: Path) -> list[dict[str, float | str]]:
     """One dict a kernel launch: its name and each metric, in `METRICS`' units."""
-    launches: dict[str, dict[str, float | str]] = {}
+    launches: dict[tuple[str, str], dict[str, float | str]] = {}
     with path.open() as handle:
         for row in csv.DictReader(line for line in handle if line.startswith('"')):
             metric = METRICS.get(row.get("Metric Name", ""))
             if metric is None:
                 continue
-            launch = launches.setdefault(row["ID"], {"kernel": row["Kernel Name"]})
-            value = float(row["Metric Value"].replace(",", "") or 0)
-            launch[metric] = value * SCALE[metric]
+            launch_id = (row["Process ID"], row["ID"])
+            launch = launches.setdefault(launch_id, {"kernel": row["Kernel Name"]})
+            value = row["Metric Value"].replace(",", "")
+            try:
+                launch[metric] = float(value) * SCALE[metric]
+            except ValueError:  # "n/a": the counter was not collected for this launch
+                continue
     if not launches:
         raise SystemExit(f"{path}: no rows with the metrics {', '.join(METRICS)}")
     return list(launches.values())
@@ -84,6 +94,7 @@ def heaviest(launches: list[dict[str, float | str]], steps: int, rows: int) -> l
 
 
 def table(ways: dict[str, dict[str, dict]]) -> str:
+    """A markdown table of each way's `summary`, all kernels first, then by kind."""
     head = "| way | kind | launches | ms | DRAM read GB | DRAM write GB | L2 GB | G instr |"
     lines = [head, "|---|---|---|---|---|---|---|---|"]
     for way, kinds in ways.items():

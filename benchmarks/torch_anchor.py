@@ -132,7 +132,7 @@ XLA_VARIANTS: dict[str, dict[str, Any]] = {
     "position-reduced": {"position_adds": NONE},
     # then (2026-11-29, session 20) GELU as x·σ(2u): an exp where XLA's tanh is a polynomial
     "gelu-tanh": {"gelu_sigmoid": NONE},
-    # attention in the portable form, not cuDNN's (under ncu, PCP's step crashed with it)
+    # attention in the portable form, not cuDNN's
     "unfused-attention": {"attention": NONE},
 }
 
@@ -352,6 +352,8 @@ def torch_calls(
         "windows": windows,
         "peak_memory_gb": round(peak / 2**30, 2),
     }
+    if not (profile or ncu):
+        return result
     inputs, targets = batches[-1]
     x = torch.from_numpy(inputs).to(device, torch.long)
     y = torch.from_numpy(targets).to(device, torch.long)
@@ -392,9 +394,8 @@ def kernel_table(call: Any, rows: int = 200) -> str | None:
 def ncu_range(call: Callable[[], Any]) -> None:
     """Run `call` between cuProfilerStart and cuProfilerStop: the range that
     `ncu --profile-from-start off` profiles, one call of each way. Through the driver
-    (ctypes), as torch and XLA both run in the device's primary context. On the H200
-    (jax 0.11.2, ncu of CUDA 13) a process that runs XLA crashed under ncu before its
-    first kernel, with torch or without, so only torch's ways have been profiled so."""
+    (ctypes), as torch and XLA both run in device 0's primary context. XLA's compile of
+    PCP's step has crashed under ncu (benchmarks/results/gpu/h200/2026-11-29-power)."""
     import ctypes
 
     cuda = ctypes.CDLL("libcuda.so.1")
@@ -410,7 +411,8 @@ def ncu_range(call: Callable[[], Any]) -> None:
             if status:
                 raise RuntimeError(f"CUDA driver error {status} setting up the profiled range")
     cuda.cuCtxSynchronize()
-    cuda.cuProfilerStart()
+    if status := cuda.cuProfilerStart():
+        raise RuntimeError(f"CUDA driver error {status} starting the profiled range")
     try:
         call()
         cuda.cuCtxSynchronize()

@@ -29,10 +29,11 @@ XLA_FORM_PLATFORMS: tuple[str, ...] = ("cuda",)
 # bf16. The product then writes half the bytes, and the pass after it (GELU, the split
 # for cuDNN) reads half; the sum is rounded twice where it was rounded once.
 BF16_PRODUCT_OUTPUT_PLATFORMS: tuple[str, ...] = ("cuda",)
-# Platforms whose exported program recomputes GELU's tanh in the backward pass behind an
-# optimization barrier (see `gelu`): XLA otherwise merges the recomputation with the
-# forward's (the same ops on the same bf16 input) and keeps tanh from the forward pass to
-# the backward in float32, twice the bytes of the input it would recompute from.
+# Platforms whose exported program recomputes GELU's tanh (or σ, see
+# `GELU_SIGMOID_PLATFORMS`) in the backward pass behind an optimization barrier (see
+# `gelu`): XLA otherwise merges the recomputation with the forward's (the same ops on the
+# same bf16 input) and keeps it from the forward pass to the backward in float32, twice
+# the bytes of the input it would recompute from.
 GELU_RECOMPUTED_PLATFORMS: tuple[str, ...] = ("cuda",)
 # Platforms whose exported program computes GELU's tanh approximation as x·σ(2u), with
 # u = √(2/π)(x + 0.044715x³) (see `gelu_value`), since 0.5(1 + tanh(u)) = σ(2u): an exp
@@ -219,7 +220,7 @@ def gelu(precision: str):
 
     def backward(x, g):
         if export_platform() in GELU_RECOMPUTED_PLATFORMS:
-            x = jax.lax.optimization_barrier(x)  # not the forward's tanh, kept in float32
+            x = jax.lax.optimization_barrier(x)  # not the forward's tanh or σ, kept in float32
         return ((g * gelu_slope(x)).astype(g.dtype),)
 
     gelu = jax.custom_vjp(gelu_value)

@@ -197,8 +197,10 @@ def keep_compiled_steps() -> None:
     """Keep XLA's executables in jax's persistent compilation cache, `xla/` in PCP's
     compile cache, so that a worker that joins again with the same program (restarted by
     its supervisor, or in the next run) loads the compiled step instead of compiling it:
-    XLA takes seconds to a minute for it on a GPU, autotuning included. jax runs what that
-    cache holds as code, so it is used only where PCP's compile cache is private
+    XLA takes seconds to a minute for it on a GPU, autotuning included (jax keeps XLA's
+    autotuning results there too). The setting is jax's, for the whole process: the
+    shepherd's evaluation and the benchmarks keep their compiles as well. jax runs what
+    that cache holds as code, so it is used only where PCP's compile cache is private
     (`private_cache_dir`), and a directory the user gave jax themselves stands."""
     import jax
     from jax.experimental.compilation_cache import compilation_cache

@@ -115,14 +115,23 @@ def test_a_second_executor_loads_the_compiled_step_from_the_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker that joins again compiles nothing: the step comes from jax's persistent
-    compilation cache in PCP's compile cache."""
+    compilation cache in PCP's compile cache, and computes what the compiled one did."""
     import jax
     from jax.experimental.compilation_cache import compilation_cache
     from pcp_xla import runtime
 
-    _, _, program = reference()
+    corpus, config, program = reference()
     artifact = XLA.build(program, BACKEND, PLATFORM)
+    batch = corpus.batches("train", STEPS_PER_CALL, BATCH, config["block_size"], (0, 0))
     monkeypatch.setenv("PCP_CACHE_DIR", str(tmp_path))
+
+    def losses_of_a_new_executor() -> list[float]:
+        executor = XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
+        params = initial_params(config)
+        executor.set_params(params)
+        executor.set_opt_state(program.init_opt_state(params))
+        return list(executor.run(*batch))
+
     hits: list[str] = []
 
     def on_event(event: str, **_: Any) -> None:
@@ -139,10 +148,10 @@ def test_a_second_executor_loads_the_compiled_step_from_the_cache(
     runtime.keep_compiled_steps.cache_clear()
     jax.monitoring.register_event_listener(on_event)
     try:
-        XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
-        assert not hits and any((tmp_path / "xla").iterdir())
-        XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
-        assert hits
+        compiled = losses_of_a_new_executor()
+        assert not hits and any((tmp_path / "xla").glob("jit_call-*"))
+        assert losses_of_a_new_executor() == compiled
+        assert len(hits) == 1
     finally:
         jax.monitoring.unregister_event_listener(on_event)
         jax.config.update("jax_compilation_cache_dir", saved[0])
