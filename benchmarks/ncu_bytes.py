@@ -18,6 +18,7 @@ import argparse
 import collections
 import csv
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 METRICS = {
@@ -39,6 +40,8 @@ SCALE = {
 PRODUCTS = ("nvjet", "gemm", "cutlass", "xmma", "splitkreduce")
 ATTENTION = ("sdpa", "flash", "cudnn", "fmha", "attention")
 
+Launch = dict[str, float | str]  # one kernel launch: its name, each metric in METRICS' units
+
 
 def kind_of(kernel: str) -> str:
     """ "products", "attention" or "other", by the kernel's name."""
@@ -50,9 +53,9 @@ def kind_of(kernel: str) -> str:
     return "other"
 
 
-def read_kernels(path: Path) -> list[dict[str, float | str]]:
+def read_kernels(path: Path) -> list[Launch]:
     """One dict a kernel launch: its name and each metric, in `METRICS`' units."""
-    launches: dict[tuple[str, str], dict[str, float | str]] = {}
+    launches: dict[tuple[str, str], Launch] = {}
     with path.open() as handle:
         for row in csv.DictReader(line for line in handle if line.startswith('"')):
             metric = METRICS.get(row.get("Metric Name", ""))
@@ -70,27 +73,30 @@ def read_kernels(path: Path) -> list[dict[str, float | str]]:
     return list(launches.values())
 
 
-def summary(launches: list[dict[str, float | str]], steps: int) -> dict[str, dict]:
-    """Each metric a step, for all kernels and by kind."""
-    by_kind: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
-    for launch in launches:
-        for key in ("all", kind_of(str(launch["kernel"]))):
-            by_kind[key]["launches"] += 1 / steps
-            for metric in METRICS.values():
-                by_kind[key][metric] += float(launch.get(metric, 0.0)) / steps
-    return {kind: {k: round(v, 4) for k, v in sums.items()} for kind, sums in by_kind.items()}
-
-
-def heaviest(launches: list[dict[str, float | str]], steps: int, rows: int) -> list[dict]:
-    """The kernels (by name) that move the most DRAM bytes a step."""
+def per_step(
+    launches: list[Launch], steps: int, groups: Callable[[Launch], tuple[str, ...]]
+) -> dict[str, dict[str, float]]:
+    """Launches and each metric a step, summed over the launches in each of the groups
+    that `groups` puts a launch in."""
     sums: dict[str, collections.Counter] = collections.defaultdict(collections.Counter)
     for launch in launches:
-        name = str(launch["kernel"])
-        sums[name]["launches"] += 1 / steps
-        for metric in METRICS.values():
-            sums[name][metric] += float(launch.get(metric, 0.0)) / steps
+        for group in groups(launch):
+            sums[group]["launches"] += 1 / steps
+            for metric in METRICS.values():
+                sums[group][metric] += float(launch.get(metric, 0.0)) / steps
+    return {group: {k: round(v, 4) for k, v in c.items()} for group, c in sums.items()}
+
+
+def summary(launches: list[Launch], steps: int) -> dict[str, dict[str, float]]:
+    """Each metric a step, for all kernels and by kind."""
+    return per_step(launches, steps, lambda launch: ("all", kind_of(str(launch["kernel"]))))
+
+
+def heaviest(launches: list[Launch], steps: int, rows: int) -> list[dict]:
+    """The kernels (by name) that move the most DRAM bytes a step."""
+    sums = per_step(launches, steps, lambda launch: (str(launch["kernel"]),))
     ranked = sorted(sums.items(), key=lambda kv: -(kv[1]["dram_read_gb"] + kv[1]["dram_write_gb"]))
-    return [{"kernel": name, **{k: round(v, 4) for k, v in c.items()}} for name, c in ranked[:rows]]
+    return [{"kernel": name, **metrics} for name, metrics in ranked[:rows]]
 
 
 def table(ways: dict[str, dict[str, dict]]) -> str:
