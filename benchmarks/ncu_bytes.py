@@ -44,7 +44,7 @@ Launch = dict[str, float | str]  # one kernel launch: its name, each metric in M
 
 
 def kind_of(kernel: str) -> str:
-    """ "products", "attention" or "other", by the kernel's name."""
+    """The kernel's kind by its name: "products", "attention" or "other"."""
     name = kernel.lower()
     if any(word in name for word in ATTENTION):
         return "attention"
