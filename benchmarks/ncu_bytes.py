@@ -10,6 +10,8 @@ Capture one CSV a way, on the GPU machine (`torch_anchor.py --ncu` brackets one 
         --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum,\\
 lts__t_bytes.sum,sm__inst_executed.sum \\
         python3 benchmarks/torch_anchor.py --torch --xla pcp --ncu ... > pcp.csv
+XLA's compile of PCP's step crashes under ncu: run the same command once without ncu
+first, with the same PCP_CACHE_DIR, so the run under ncu loads the compiled step.
 Then:
     python3 benchmarks/ncu_bytes.py pcp.csv torch.csv --steps 2 --results DIR
 """

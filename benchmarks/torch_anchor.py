@@ -187,6 +187,15 @@ XLA_VARIANTS |= {
     ),
 }
 
+# The products' kernels as cuBLAS's heuristic picks them, as torch's are, not timed by
+# XLA's autotuner on an idle GPU: at batch 16 PCP's products move 120 GB a step through
+# L2 against torch's 99 (benchmarks/results/gpu/h200/2026-11-29-bytes), and at the power
+# cap bytes cost clock.
+XLA_VARIANTS |= {
+    "untuned": _pcp_with(xla_gpu_autotune_level=0),
+    "cublas-untuned": _pcp_with(xla_gpu_enable_triton_gemm=False, xla_gpu_autotune_level=0),
+}
+
 
 def flops_per_step(config: dict[str, int], parameters: int, batch: int) -> float:
     layers, width, block = config["n_layer"], config["n_embd"], config["block_size"]
