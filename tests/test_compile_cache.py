@@ -1,15 +1,21 @@
 """The compile cache is private and checked: an entry is used only if this user's
-directory holds it, no one else can write there, and it matches its digest."""
+directory holds it, no one else can write there, and it matches its digest. It is kept
+under a size limit, least recently used entries first, and `pcp cache` shows and empties it."""
 
 import json
 import os
+import re
 import stat
+import time
 from pathlib import Path
 
 import pytest
 from structlog.testing import capture_logs
 
-from pcp_core.iree.compiler import compile_program, flags_for_key, unsafe_cache_dir_reason
+from pcp_core import compile_cache
+from pcp_core.compile_cache import unsafe_cache_dir_reason
+from pcp_core.iree.compiler import compile_program, flags_for_key
+from tests.conftest import run_pcp
 
 # Compiles in well under a second, unlike a train program.
 DOUBLE = """func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {
@@ -140,3 +146,86 @@ def test_a_flag_naming_a_file_is_keyed_by_its_contents(
     monkeypatch.chdir(tmp_path)
     (tmp_path / "sm_80").write_text("spec")
     assert flags_for_key(["--iree-cuda-target=sm_80", "-O2"]) == ["--iree-cuda-target=sm_80", "-O2"]
+
+
+def entry_files(directory: Path, key: str, used: float, size: int) -> list[Path]:
+    """An IREE entry as PCP writes one, `size` bytes, last used at `used` (epoch s)."""
+    module, digest = directory / f"{key}.vmfb", directory / f"{key}.json"
+    module.write_bytes(b"m" * size)
+    digest.write_text("{}")
+    for path in (module, digest):
+        os.utime(path, (used, used))
+    return sorted([module, digest])
+
+
+def test_trimming_removes_the_least_recently_used_entries_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past the size limit the oldest entries go, whole; files PCP did not name by a key,
+    and a half-written file another process may still be writing, stay."""
+    monkeypatch.setenv("PCP_CACHE_MAX_GB", str(2500 / 1e9))  # room for two 1000-byte entries
+    now = time.time()
+    oldest = entry_files(tmp_path, "a" * 64, now - 300, 1000)
+    older = entry_files(tmp_path, "b" * 64, now - 200, 1000)
+    newer = entry_files(tmp_path, "c" * 64, now - 100, 1000)
+    jax_step = tmp_path / "xla" / "jit_step-0123-cache"
+    jax_step.parent.mkdir()
+    jax_step.write_bytes(b"x" * 10)
+    theirs, writing = tmp_path / "notes.txt", tmp_path / f"{'d' * 64}.vmfb.x1y2.partial"
+    for path in (theirs, writing):
+        path.write_bytes(b"y" * 5000)
+    removed = compile_cache.trim(tmp_path)
+    assert [entry.files for entry in removed] == [oldest]
+    assert not any(path.exists() for path in oldest)
+    assert all(path.exists() for path in [*older, *newer, jax_step, theirs, writing])
+    kinds = {entry.kind for entry in compile_cache.entries(tmp_path)}
+    assert kinds == {"IREE modules", "XLA executables"}
+
+
+def test_a_crash_leftover_is_trimmed_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("PCP_CACHE_MAX_GB", "0")
+    leftover = tmp_path / f"{'e' * 64}.mlir.k3j4.partial"
+    leftover.write_bytes(b"z")
+    long_ago = time.time() - 2 * compile_cache.PARTIAL_LEFTOVER_S
+    os.utime(leftover, (long_ago, long_ago))
+    (removed,) = compile_cache.trim(tmp_path)
+    assert removed.kind == compile_cache.INCOMPLETE and not leftover.exists()
+
+
+def test_a_cache_hit_keeps_its_entry_over_older_unused_ones(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Trimming goes by last use, not by age: reading a module from the cache counts
+    (its access time, which relatime updates on the first read after a change)."""
+    compile_double()
+    (module,) = cache.glob("*.vmfb")
+    long_ago = time.time() - 3600
+    for path in (module, module.with_suffix(".json")):
+        os.utime(path, (long_ago, long_ago))
+    unused = entry_files(cache, "f" * 64, time.time() - 60, module.stat().st_size)
+    assert compile_double().cache_hit
+    monkeypatch.setenv("PCP_CACHE_MAX_GB", str(1.5 * module.stat().st_size / 1e9))
+    (removed,) = compile_cache.trim(cache)
+    assert removed.files == unused and module.exists()
+
+
+def test_a_limit_that_is_no_number_keeps_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    for text in ("ten", "-1", "nan", "inf"):
+        monkeypatch.setenv("PCP_CACHE_MAX_GB", text)
+        with capture_logs() as events:
+            assert compile_cache.max_bytes() == int(compile_cache.DEFAULT_MAX_GB * 1e9)
+        assert "PCP_CACHE_MAX_GB is not a number" in warnings(events)[0]
+
+
+def test_pcp_cache_shows_and_clears_what_a_compile_left(cache: Path) -> None:
+    compile_double()
+    shown = run_pcp("cache", "show")
+    assert shown.returncode == 0, shown.stderr
+    assert f"compile cache: {cache}" in shown.stdout
+    assert re.search(r"IREE modules\s+1\s", shown.stdout), shown.stdout
+    cleared = run_pcp("cache", "clear")
+    assert cleared.returncode == 0, cleared.stderr
+    assert "removed 1 entries" in cleared.stdout
+    assert not list(cache.iterdir())
+    assert "empty" in run_pcp("cache", "show").stdout
+    assert not compile_double().cache_hit

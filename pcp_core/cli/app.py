@@ -7,6 +7,7 @@ import typer
 
 from pcp_core import plugins
 from pcp_core.cli import info, launch, training, worker
+from pcp_core.cli.cache import cache_app
 from pcp_core.cli.common import LOG_FORMATS, configure_logging, fail
 from pcp_core.cli.data import data_app
 from pcp_core.cli.plot import plot
@@ -43,6 +44,7 @@ worker.register(app)
 info.register(app)
 launch.register(app)
 app.add_typer(data_app, name="data")
+app.add_typer(cache_app, name="cache")
 app.command("plot")(plot)
 
 

@@ -1,22 +1,14 @@
-"""Compiling StableHLO to an IREE VMFB for a backend, with an on-disk cache.
+"""Compiling StableHLO to an IREE VMFB for a backend, kept in PCP's compile cache.
 
 The cache key covers the program text, the target, the flags and the IREE compiler
-version, so a changed program or toolchain never reuses a stale module.
-
-A cached module is code every worker runs, and its key is computable by anyone, so the
-cache is trusted only as far as it is private: the directory (`PCP_CACHE_DIR` or the
-user cache dir) is created 0700 and used only while it belongs to this user and no one
-else can write to it. Otherwise PCP compiles without it and says why in a warning: the
-cache only saves time, and a run should not stop over it. Each module `<key>.vmfb` has
+version, so a changed program or toolchain never reuses a stale module. The cache is
+used only while it is private (`pcp_core.compile_cache`). Each module `<key>.vmfb` has
 `<key>.json` beside it, holding the key and the module's sha256; an entry without one
 (left by someone or something else) or whose module does not match it is recompiled.
 """
 
 import hashlib
 import json
-import os
-import stat
-import tempfile
 import time
 from dataclasses import dataclass
 from importlib import metadata
@@ -25,6 +17,7 @@ from pathlib import Path
 import structlog
 
 from pcp_core.backends import Backend, CompileError
+from pcp_core.compile_cache import private_cache_dir, trim, write_atomically
 from pcp_core.iree.compile_process import CompilerFailed, CompilerHung, compile_stablehlo
 
 log = structlog.get_logger(__name__)
@@ -58,62 +51,6 @@ def iree_runtime_version() -> str:
     return metadata.version(RUNTIME_DISTRIBUTION)
 
 
-def cache_dir() -> Path:
-    override = os.environ.get("PCP_CACHE_DIR")
-    if override:
-        return Path(override)
-    import platformdirs
-
-    return Path(platformdirs.user_cache_dir("pcp")) / "vmfb"
-
-
-def unsafe_cache_dir_reason(directory: Path) -> str | None:
-    """Why someone other than this user could change what `directory` holds; None if
-    no one can. Give it a resolved path: a symbolic link is not a directory here."""
-    try:
-        info = directory.lstat()
-    except OSError as error:
-        return f"cannot inspect it: {error.strerror or error}"
-    if not stat.S_ISDIR(info.st_mode):
-        return "not a directory"
-    if not hasattr(os, "getuid"):
-        return None  # no POSIX owners and modes to check (Windows)
-    if info.st_uid != os.getuid():
-        return f"owned by uid {info.st_uid}, not by this user (uid {os.getuid()})"
-    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        return f"mode {stat.filemode(info.st_mode)}: group or others can write to it"
-    return None
-
-
-def private_cache_dir() -> Path | None:
-    """`cache_dir()` where its links lead, created 0700 if missing; None, with a
-    warning that says why, where others could change what it holds."""
-    path = cache_dir()
-    try:
-        path.mkdir(mode=0o700, parents=True)
-        path.chmod(0o700)  # the umask may have taken bits away, never added any
-    except FileExistsError:
-        pass
-    except OSError as error:
-        log.warning(
-            "cannot create the compile cache; compiling without it",
-            path=str(path),
-            reason=error.strerror or str(error),
-        )
-        return None
-    directory = path.resolve()
-    reason = unsafe_cache_dir_reason(directory)
-    if reason:
-        log.warning(
-            "compile cache not used: others could change its modules; compiling without it"
-            " (use a directory of your own, chmod 700)",
-            path=str(directory),
-            reason=reason,
-        )
-        return None
-    return directory
-
-
 def _cached_module(directory: Path, key: str) -> bytes | None:
     """The module cached under `key`, if there is one and it matches its digest."""
     module, digest = directory / f"{key}.vmfb", directory / f"{key}.json"
@@ -142,18 +79,6 @@ def _cached_module(directory: Path, key: str) -> bytes | None:
     return vmfb
 
 
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write `path` whole or not at all: a crash never leaves a truncated file there."""
-    handle, partial = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".partial")
-    try:
-        with os.fdopen(handle, "wb") as file:
-            file.write(data)
-        os.replace(partial, path)
-    except BaseException:
-        Path(partial).unlink(missing_ok=True)
-        raise
-
-
 def _store_module(directory: Path, key: str, vmfb: bytes, description: dict[str, str]) -> None:
     """Cache `vmfb` under `key`; its digest is written last, so it marks a whole entry."""
     record = {"key": key, "vmfb_sha256": hashlib.sha256(vmfb).hexdigest(), **description}
@@ -162,6 +87,8 @@ def _store_module(directory: Path, key: str, vmfb: bytes, description: dict[str,
         write_atomically(directory / f"{key}.json", json.dumps(record, indent=1).encode())
     except OSError as error:
         log.warning("could not write to the compile cache", path=str(directory), reason=str(error))
+        return
+    trim(directory)
 
 
 def flags_for_key(flags: list[str]) -> list[str]:

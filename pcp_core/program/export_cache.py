@@ -12,7 +12,7 @@ and the source of every file of pcp-core and of the packages the model and optim
 come from. An edited file, another setting or another jax exports anew.
 
 The entries sit in the compile cache's directory and are trusted as far as it is (see
-`pcp_core.iree.compiler`): private to this user, else not used. Each `<key>.mlir` has
+`pcp_core.compile_cache`): private to this user, else not used. Each `<key>.mlir` has
 `<key>.mlir.json` beside it with the key and the text's sha256, written last.
 """
 
@@ -26,6 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import structlog
+
+from pcp_core import compile_cache
 
 log = structlog.get_logger(__name__)
 
@@ -53,9 +55,7 @@ def stablehlo(key_parts: Mapping[str, Any] | None, export: Callable[[], str]) ->
     `identity` plus the program's shapes); with `key_parts` None, exported every time."""
     if key_parts is None:
         return export()
-    from pcp_core.iree.compiler import private_cache_dir
-
-    directory = private_cache_dir()
+    directory = compile_cache.private_cache_dir()
     if directory is None:
         return export()
     material = json.dumps(key_parts, sort_keys=True, default=repr)
@@ -105,12 +105,12 @@ def _cached(directory: Path, key: str) -> str | None:
 
 
 def _store(directory: Path, key: str, text: str) -> None:
-    from pcp_core.iree.compiler import write_atomically
-
     data = text.encode()
     record = {"key": key, "sha256": hashlib.sha256(data).hexdigest()}
     try:
-        write_atomically(directory / f"{key}.mlir", data)
-        write_atomically(directory / f"{key}.mlir.json", json.dumps(record).encode())
+        compile_cache.write_atomically(directory / f"{key}.mlir", data)
+        compile_cache.write_atomically(directory / f"{key}.mlir.json", json.dumps(record).encode())
     except OSError as error:
         log.warning("could not write to the export cache", path=str(directory), reason=str(error))
+        return
+    compile_cache.trim(directory)

@@ -19,11 +19,13 @@ import functools
 import hashlib
 import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import structlog
 
+from pcp_core import compile_cache
 from pcp_core.backends import (
     Artifact,
     Backend,
@@ -193,7 +195,7 @@ XLA = XlaRuntime()
 
 
 @functools.cache
-def keep_compiled_steps() -> None:
+def keep_compiled_steps() -> Path | None:
     """Keep XLA's executables in jax's persistent compilation cache, `xla/` in PCP's
     compile cache, so that a worker that joins again with the same program (restarted by
     its supervisor, or in the next run) loads the compiled step instead of compiling it:
@@ -201,23 +203,23 @@ def keep_compiled_steps() -> None:
     autotuning results there too). The setting is jax's, for the whole process: the
     shepherd's evaluation and the benchmarks keep their compiles as well. jax runs what
     that cache holds as code, so it is used only where PCP's compile cache is private
-    (`private_cache_dir`), and a directory the user gave jax themselves stands."""
+    (`private_cache_dir`), and a directory the user gave jax themselves stands. Returns
+    PCP's compile cache where the steps are kept there, for `compile_cache.trim`."""
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
-    from pcp_core.iree.compiler import private_cache_dir
-
     if jax.config.jax_compilation_cache_dir:
-        return
-    directory = private_cache_dir()
+        return None
+    directory = compile_cache.private_cache_dir()
     if directory is None:
-        return
+        return None
     try:
-        (directory / "xla").mkdir(mode=0o700, exist_ok=True)
+        (directory / compile_cache.XLA_DIRECTORY).mkdir(mode=0o700, exist_ok=True)
     except OSError as error:
         log.warning("compiled steps not kept; compiling each time", reason=str(error))
-        return
-    compilation_cache.set_cache_dir(str(directory / "xla"))
+        return None
+    compilation_cache.set_cache_dir(str(directory / compile_cache.XLA_DIRECTORY))
+    return directory
 
 
 class XlaExecutor:
@@ -269,8 +271,10 @@ class XlaExecutor:
         ]
         args, kwargs = jax.tree_util.tree_unflatten(exported.in_tree, avals)
         step = jax.jit(exported.call, donate_argnums=(0, 1))
-        keep_compiled_steps()
+        kept_in = keep_compiled_steps()
         self._step = step.lower(*args, **kwargs).compile(COMPILER_OPTIONS.get(here) or None)
+        if kept_in is not None:
+            compile_cache.trim(kept_in)
         self._params: tuple[Any, ...] | None = None
         self._opt_state: tuple[Any, ...] | None = None
 

@@ -115,7 +115,8 @@ def test_a_second_executor_loads_the_compiled_step_from_the_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A worker that joins again compiles nothing: the step comes from jax's persistent
-    compilation cache in PCP's compile cache, and computes what the compiled one did."""
+    compilation cache in PCP's compile cache, and computes what the compiled one did; past
+    the cache's size limit, the entry goes once loaded."""
     import jax
     from jax.experimental.compilation_cache import compilation_cache
     from pcp_xla import runtime
@@ -152,6 +153,9 @@ def test_a_second_executor_loads_the_compiled_step_from_the_cache(
         assert not hits and any((tmp_path / "xla").glob("jit_call-*"))
         assert losses_of_a_new_executor() == compiled
         assert len(hits) == 1
+        monkeypatch.setenv("PCP_CACHE_MAX_GB", "0")  # the cache is kept under its limit
+        assert losses_of_a_new_executor() == compiled
+        assert not any((tmp_path / "xla").glob("jit_call-*"))
     finally:
         jax.monitoring.unregister_event_listener(on_event)
         jax.config.update("jax_compilation_cache_dir", saved[0])
