@@ -14,13 +14,17 @@ to this user and no one else can write to it. Otherwise PCP compiles without it 
 says why in a warning: the cache only saves time, and a run should not stop over it.
 
 It is kept under a size (`PCP_CACHE_MAX_GB`, default 10): after PCP writes an entry,
-the least recently used entries are removed until the rest fit. An entry's last use is
-its files' latest access or modification time: Linux's default (relatime) notes the
-first read after a write, then at most one a day; on a file system mounted noatime,
-entries go in the order they were written.
+and after an `xla` worker compiles, the least recently used entries are removed until
+the rest fit. PCP marks each use of its own entries; jax's are read without a mark, so
+for them the files' access time counts (Linux's default, relatime, notes the first read
+after a write and then one a day; a disk mounted noatime notes none). Only files named
+as PCP and jax name theirs are counted or removed: `shards/`, where workers keep the
+dataset shards they fetch, is not.
 """
 
+import contextlib
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -35,10 +39,21 @@ import structlog
 log = structlog.get_logger(__name__)
 
 DEFAULT_MAX_GB = 10.0
-# what `pcp cache` calls each kind of entry, by the file that marks it
-KINDS = {".vmfb": "IREE modules", ".mlir": "exported programs", "-cache": "XLA executables"}
-INCOMPLETE = "incomplete entries"  # a digest without its module, a crash's half-written file
-KEY = re.compile("[0-9a-f]{64}")  # a sha256: how PCP names its entries
+# what `pcp cache` calls each kind of entry
+XLA_EXECUTABLES = "XLA executables"
+XLA_AUTOTUNING_RESULTS = "XLA autotuning results"
+JAX_KINDS = (XLA_EXECUTABLES, XLA_AUTOTUNING_RESULTS)
+INCOMPLETE = "incomplete entries"  # half-written files (by PCP or XLA's autotuner)
+# PCP's files: <key>.vmfb and <key>.json (an IREE module and its digest), <key>.mlir and
+# <key>.mlir.json (an exported program and its digest), and their half-written forms
+PCP_FILE = re.compile(r"([0-9a-f]{64})(\.vmfb|\.json|\.mlir|\.mlir\.json)(\.\w+\.partial)?")
+PCP_KINDS = {
+    ".vmfb": "IREE modules",
+    ".json": "IREE modules",
+    ".mlir": "exported programs",
+    ".mlir.json": "exported programs",
+}
+JAX_FILE = re.compile(r"(.+)-(?:cache|atime)")  # jax's LRU cache: <name>-cache, <name>-atime
 XLA_DIRECTORY = "xla"
 XLA_AUTOTUNING = "xla_gpu_per_fusion_autotune_cache_dir"  # jax puts it in its cache dir
 # a half-written file older than this was left by a crash, not by a writer still at it
@@ -125,57 +140,81 @@ class Entry:
     last_used: float
 
 
+def mark_used(path: Path) -> None:
+    """Note that PCP read the entry `path` belongs to now, so trimming keeps it longer
+    (on any file system: access times are not kept where it is mounted noatime)."""
+    with contextlib.suppress(OSError):  # only the order of eviction depends on it
+        os.utime(path)
+
+
 def entries(directory: Path) -> list[Entry]:
-    """The entries in `directory`, least recently used first; half-written files are left
-    out unless a crash left them long ago."""
-    groups: dict[tuple[Path, str], list[tuple[Path, os.stat_result]]] = {}
+    """The entries in `directory`, least recently used first. A half-written file is
+    left out unless a crash left it long ago."""
     now = time.time()
-    for path in _files(directory):
+    groups: dict[tuple[str, str], list[tuple[Path, os.stat_result]]] = {}
+    for group, path in _cache_files(directory):
         try:
-            info = path.stat()
+            info = path.lstat()
         except OSError:
             continue  # removed meanwhile by another process
-        if path.name.endswith(".partial") and now - info.st_mtime < PARTIAL_LEFTOVER_S:
-            continue
-        groups.setdefault((path.parent, _stem(path)), []).append((path, info))
+        if group[0] == INCOMPLETE and now - info.st_mtime < PARTIAL_LEFTOVER_S:
+            continue  # being written
+        groups.setdefault(group, []).append((path, info))
     found = [
         Entry(
-            kind=next(filter(None, (_kind(path) for path, _ in files)), INCOMPLETE),
+            kind=kind,
             files=sorted(path for path, _ in files),
             size=sum(info.st_size for _, info in files),
-            last_used=max(max(info.st_atime, info.st_mtime) for _, info in files),
+            # PCP marks its entries' use; jax's are read without a mark
+            last_used=max(
+                max(info.st_mtime, info.st_atime if kind in JAX_KINDS else 0.0) for _, info in files
+            ),
         )
-        for files in groups.values()
+        for (kind, _), files in groups.items()
     ]
     return sorted(found, key=lambda entry: entry.last_used)
 
 
-def _files(directory: Path) -> Iterator[Path]:
-    """PCP's files in `directory` (named by their keys), and jax's in `xla/` and below:
-    nothing else that may be there, as where `PCP_CACHE_DIR` names a folder in use."""
-    ours = (p for p in directory.glob("*") if KEY.fullmatch(_stem(p)))
-    jaxs = (p for p in (directory / XLA_DIRECTORY).rglob("*") if not p.name.startswith("."))
-    return (p for p in (*ours, *jaxs) if p.is_file())
+def _cache_files(directory: Path) -> Iterator[tuple[tuple[str, str], Path]]:
+    """Each file of the cache with its entry's (kind, name): PCP's files named by their
+    keys, jax's executables in `xla/`, XLA's autotuning results below it. Nothing else
+    that may be there (where `PCP_CACHE_DIR` names a folder in use), and no link
+    followed."""
+    for path in _plain_files(directory):
+        if match := PCP_FILE.fullmatch(path.name):
+            key, suffix, partial = match.groups()
+            yield (INCOMPLETE if partial else PCP_KINDS[suffix], key), path
+    for path in _plain_files(directory / XLA_DIRECTORY):
+        if match := JAX_FILE.fullmatch(path.name):
+            yield (XLA_EXECUTABLES, match.group(1)), path
+    autotuning = directory / XLA_DIRECTORY / XLA_AUTOTUNING
+    for path in _plain_files(autotuning):
+        yield (XLA_AUTOTUNING_RESULTS, path.name), path
+    for path in _plain_files(autotuning / "tmp"):  # XLA's, renamed into place when whole
+        yield (INCOMPLETE, path.name), path
 
 
-def _stem(path: Path) -> str:
-    """The name the files of one entry share: the key before the first dot (PCP's
-    files), before `-cache` or `-atime` (jax's executables)."""
-    return path.name.split(".")[0].removesuffix("-cache").removesuffix("-atime")
-
-
-def _kind(path: Path) -> str | None:
-    """The kind of entry `path` marks; None for a file that only goes with one (a digest,
-    jax's access time)."""
-    if path.parent.name == XLA_AUTOTUNING:
-        return "XLA autotuning results"
-    return next((kind for suffix, kind in KINDS.items() if path.name.endswith(suffix)), None)
+def _plain_files(directory: Path) -> Iterator[Path]:
+    """The regular files in `directory`, if it is a directory and not a link to one."""
+    if directory.is_symlink() or not directory.is_dir():
+        return
+    try:
+        with os.scandir(directory) as found:
+            yield from (Path(item.path) for item in found if item.is_file(follow_symlinks=False))
+    except OSError:
+        return
 
 
 def max_bytes() -> int:
     """The cache's size limit: `PCP_CACHE_MAX_GB` (a number of GB, 0 or more), else
-    `DEFAULT_MAX_GB`; a value that is no such number is warned about and not used."""
-    text = os.environ.get("PCP_CACHE_MAX_GB")
+    `DEFAULT_MAX_GB`."""
+    return _limit(os.environ.get("PCP_CACHE_MAX_GB", ""))
+
+
+@functools.cache
+def _limit(text: str) -> int:
+    """`text` GB in bytes; `DEFAULT_MAX_GB` for no text, and for one that is no number of
+    GB, with a warning (once: it is read after every write)."""
     gigabytes = DEFAULT_MAX_GB
     if text:
         try:
@@ -194,8 +233,9 @@ def max_bytes() -> int:
 
 def trim(directory: Path) -> list[Entry]:
     """Remove the least recently used entries of `directory` until the rest take at most
-    `max_bytes()`; the entries removed. Another process may use an entry meanwhile: it
-    finds it whole or not at all, and compiles again."""
+    `max_bytes()`; the entries removed. Another process may be reading an entry: it gets
+    the whole entry or a miss, and compiles again. A file that cannot be removed (a cache
+    on a read-only disk) is warned about: the cache only saves time."""
     limit = max_bytes()
     found = entries(directory)
     total = sum(entry.size for entry in found)
@@ -205,7 +245,11 @@ def trim(directory: Path) -> list[Entry]:
             break
         removed.append(entry)
         total -= entry.size
-    remove(removed)
+    try:
+        remove(removed)
+    except OSError as error:
+        log.warning("could not trim the compile cache", path=str(directory), reason=str(error))
+        return []
     if removed:
         log.info(
             "compile cache trimmed to its size limit",
@@ -218,7 +262,7 @@ def trim(directory: Path) -> list[Entry]:
 
 
 def remove(removed: list[Entry]) -> None:
-    """Delete the entries' files (those already gone, by another process, too)."""
+    """Delete the entries' files; those another process removed meanwhile are gone too."""
     for entry in removed:
         for path in entry.files:
             path.unlink(missing_ok=True)

@@ -37,7 +37,7 @@ def compile_double(logged: list | None = None):
 
 @pytest.fixture
 def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    path = tmp_path / "made-by-pcp" / "vmfb"
+    path = tmp_path / "made-by-pcp" / "compiled"
     monkeypatch.setenv("PCP_CACHE_DIR", str(path))
     return path
 
@@ -127,7 +127,7 @@ def test_pytest_temporary_directories_pass_the_checks(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> None:
     """The session caches of pcp_core's pytest plugin and of conftest files are these."""
-    assert unsafe_cache_dir_reason(tmp_path_factory.mktemp("pcp-vmfb-cache").resolve()) is None
+    assert unsafe_cache_dir_reason(tmp_path_factory.mktemp("pcp-compile-cache").resolve()) is None
     assert unsafe_cache_dir_reason(Path(os.environ["PCP_CACHE_DIR"]).resolve()) is None
 
 
@@ -161,42 +161,59 @@ def entry_files(directory: Path, key: str, used: float, size: int) -> list[Path]
 def test_trimming_removes_the_least_recently_used_entries_and_nothing_else(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Past the size limit the oldest entries go, whole; files PCP did not name by a key,
-    and a half-written file another process may still be writing, stay."""
+    """Past the size limit the oldest entries go, whole. Files not named as PCP and jax
+    name theirs stay (where PCP_CACHE_DIR is a folder in use), and so does a file another
+    process is still writing."""
     monkeypatch.setenv("PCP_CACHE_MAX_GB", str(2500 / 1e9))  # room for two 1000-byte entries
     now = time.time()
     oldest = entry_files(tmp_path, "a" * 64, now - 300, 1000)
     older = entry_files(tmp_path, "b" * 64, now - 200, 1000)
     newer = entry_files(tmp_path, "c" * 64, now - 100, 1000)
-    jax_step = tmp_path / "xla" / "jit_step-0123-cache"
-    jax_step.parent.mkdir()
-    jax_step.write_bytes(b"x" * 10)
-    theirs, writing = tmp_path / "notes.txt", tmp_path / f"{'d' * 64}.vmfb.x1y2.partial"
-    for path in (theirs, writing):
-        path.write_bytes(b"y" * 5000)
+    xla = tmp_path / "xla"
+    (xla / ".git").mkdir(parents=True)
+    # jax's names keep dots: two steps, the first with its access time
+    steps = [xla / f"jit_step.{name}" for name in ("a-0123-cache", "a-0123-atime", "b-4-cache")]
+    theirs = [
+        tmp_path / "notes.txt",
+        tmp_path / ("d" * 64),  # a bare sha256: a dataset shard, say
+        tmp_path / f"{'d' * 64}.npy",
+        xla / "notes.txt",
+        xla / ".git" / "HEAD",
+        xla / ".lockfile",
+    ]
+    writing = tmp_path / f"{'e' * 64}.vmfb.x1y2.partial"
+    for path in (*steps, *theirs, writing):
+        path.write_bytes(b"y" * 5000 if path in (*theirs, writing) else b"x" * 10)
     removed = compile_cache.trim(tmp_path)
     assert [entry.files for entry in removed] == [oldest]
     assert not any(path.exists() for path in oldest)
-    assert all(path.exists() for path in [*older, *newer, jax_step, theirs, writing])
-    kinds = {entry.kind for entry in compile_cache.entries(tmp_path)}
-    assert kinds == {"IREE modules", "XLA executables"}
+    assert all(path.exists() for path in [*older, *newer, *steps, *theirs, writing])
+    found = compile_cache.entries(tmp_path)
+    assert {entry.kind for entry in found} == {"IREE modules", "XLA executables"}
+    assert sorted(e.files for e in found if e.kind == "XLA executables") == [
+        sorted(steps[:2]),
+        steps[2:],
+    ]
 
 
-def test_a_crash_leftover_is_trimmed_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("PCP_CACHE_MAX_GB", "0")
-    leftover = tmp_path / f"{'e' * 64}.mlir.k3j4.partial"
-    leftover.write_bytes(b"z")
+def test_a_crash_leftover_goes_first(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A half-written file left long ago counts, and goes before a newer entry."""
+    newer = entry_files(tmp_path, "a" * 64, time.time() - 60, 1000)
+    leftover = tmp_path / f"{'e' * 64}.mlir.json.k3j4.partial"
+    leftover.write_bytes(b"z" * 1000)
     long_ago = time.time() - 2 * compile_cache.PARTIAL_LEFTOVER_S
     os.utime(leftover, (long_ago, long_ago))
+    monkeypatch.setenv("PCP_CACHE_MAX_GB", str(1500 / 1e9))
     (removed,) = compile_cache.trim(tmp_path)
     assert removed.kind == compile_cache.INCOMPLETE and not leftover.exists()
+    assert all(path.exists() for path in newer)
 
 
 def test_a_cache_hit_keeps_its_entry_over_older_unused_ones(
     cache: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Trimming goes by last use, not by age: reading a module from the cache counts
-    (its access time, which relatime updates on the first read after a change)."""
+    """Trimming goes by last use, not by age: PCP marks a module it read from the cache
+    (on any file system: its access time is not what counts)."""
     compile_double()
     (module,) = cache.glob("*.vmfb")
     long_ago = time.time() - 3600
@@ -210,6 +227,7 @@ def test_a_cache_hit_keeps_its_entry_over_older_unused_ones(
 
 
 def test_a_limit_that_is_no_number_keeps_the_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A bad PCP_CACHE_MAX_GB does not stop a run: it is warned about, and 10 GB holds."""
     for text in ("ten", "-1", "nan", "inf"):
         monkeypatch.setenv("PCP_CACHE_MAX_GB", text)
         with capture_logs() as events:
@@ -218,6 +236,7 @@ def test_a_limit_that_is_no_number_keeps_the_default(monkeypatch: pytest.MonkeyP
 
 
 def test_pcp_cache_shows_and_clears_what_a_compile_left(cache: Path) -> None:
+    """As a user sees it: where the cache is, what it holds by kind, and empty after clear."""
     compile_double()
     shown = run_pcp("cache", "show")
     assert shown.returncode == 0, shown.stderr
@@ -225,7 +244,17 @@ def test_pcp_cache_shows_and_clears_what_a_compile_left(cache: Path) -> None:
     assert re.search(r"IREE modules\s+1\s", shown.stdout), shown.stdout
     cleared = run_pcp("cache", "clear")
     assert cleared.returncode == 0, cleared.stderr
-    assert "removed 1 entries" in cleared.stdout
+    assert "removed 1 entry" in cleared.stdout
     assert not list(cache.iterdir())
     assert "empty" in run_pcp("cache", "show").stdout
     assert not compile_double().cache_hit
+
+
+def test_pcp_cache_will_not_clear_a_folder_others_can_write(cache: Path) -> None:
+    """Such a folder is not used, so what is in it is not PCP's to delete."""
+    compile_double()
+    cache.chmod(0o777)
+    assert "not used: mode drwxrwxrwx" in run_pcp("cache", "show").stdout
+    cleared = run_pcp("cache", "clear")
+    assert cleared.returncode == 2 and "not clearing" in cleared.stderr
+    assert list(cache.glob("*.vmfb"))

@@ -1,13 +1,16 @@
 """`pcp cache`: what PCP's compile cache holds, and emptying it.
 
-Light to import (typer only), so `pcp --help` stays fast; the cache itself is
-`pcp_core.compile_cache`.
+Light to import (typer, and `pcp_core.compile_cache`'s standard library), so `pcp
+--help` stays fast.
 """
 
 import collections
 import time
 
 import typer
+
+from pcp_core import compile_cache
+from pcp_core.cli.common import fail
 
 cache_app = typer.Typer(
     help="Show or empty the compile cache: IREE modules, exported programs and `xla` "
@@ -23,8 +26,6 @@ def _size(size: float) -> str:
 @cache_app.command("show")
 def show() -> None:
     """Where the compile cache is, whether PCP uses it, its size limit and what it holds."""
-    from pcp_core import compile_cache
-
     path = compile_cache.cache_dir()
     typer.echo(f"compile cache: {path}")
     limit = compile_cache.max_bytes()
@@ -56,13 +57,19 @@ def show() -> None:
 @cache_app.command("clear")
 def clear() -> None:
     """Remove every entry: the next run compiles its programs again."""
-    from pcp_core import compile_cache
-
     path = compile_cache.cache_dir()
     if not path.exists():
         typer.echo(f"nothing to clear: {path} does not exist")
         return
-    removed = compile_cache.entries(path.resolve())
-    compile_cache.remove(removed)
-    freed = sum(entry.size for entry in removed)
-    typer.echo(f"removed {len(removed)} entries ({_size(freed)}) from {path}")
+    directory = path.resolve()
+    reason = compile_cache.unsafe_cache_dir_reason(directory)
+    if reason:  # what others could have put there is not this command's to delete
+        fail(f"not clearing {path}: {reason}; PCP does not use it, so it holds nothing of PCP's")
+    removed = compile_cache.entries(directory)
+    try:
+        compile_cache.remove(removed)
+    except OSError as error:
+        fail(f"could not clear {path}: {error}")
+    freed = _size(sum(entry.size for entry in removed))
+    noun = "entry" if len(removed) == 1 else "entries"
+    typer.echo(f"removed {len(removed)} {noun} ({freed}) from {path}")

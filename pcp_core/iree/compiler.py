@@ -16,8 +16,8 @@ from pathlib import Path
 
 import structlog
 
+from pcp_core import compile_cache
 from pcp_core.backends import Backend, CompileError
-from pcp_core.compile_cache import private_cache_dir, trim, write_atomically
 from pcp_core.iree.compile_process import CompilerFailed, CompilerHung, compile_stablehlo
 
 log = structlog.get_logger(__name__)
@@ -54,21 +54,24 @@ def iree_runtime_version() -> str:
 def _cached_module(directory: Path, key: str) -> bytes | None:
     """The module cached under `key`, if there is one and it matches its digest."""
     module, digest = directory / f"{key}.vmfb", directory / f"{key}.json"
-    if not module.is_file():
-        return None
+    try:
+        vmfb = module.read_bytes()
+    except OSError:
+        return None  # none there, or trimmed meanwhile by another process
     try:
         record = json.loads(digest.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        log.warning(
-            "compile cache entry has no digest (not written by PCP); recompiling", path=str(module)
-        )
+        if module.exists():  # else both went in a trim meanwhile
+            log.warning(
+                "compile cache entry has no digest (not written by PCP); recompiling",
+                path=str(module),
+            )
         return None
     except (OSError, ValueError) as error:
         log.warning(
             "compile cache digest unreadable; recompiling", path=str(digest), reason=str(error)
         )
         return None
-    vmfb = module.read_bytes()
     expected = {"key": key, "vmfb_sha256": hashlib.sha256(vmfb).hexdigest()}
     if not isinstance(record, dict) or any(record.get(k) != v for k, v in expected.items()):
         log.warning(
@@ -76,6 +79,7 @@ def _cached_module(directory: Path, key: str) -> bytes | None:
             path=str(module),
         )
         return None
+    compile_cache.mark_used(digest)
     return vmfb
 
 
@@ -83,12 +87,13 @@ def _store_module(directory: Path, key: str, vmfb: bytes, description: dict[str,
     """Cache `vmfb` under `key`; its digest is written last, so it marks a whole entry."""
     record = {"key": key, "vmfb_sha256": hashlib.sha256(vmfb).hexdigest(), **description}
     try:
-        write_atomically(directory / f"{key}.vmfb", vmfb)
-        write_atomically(directory / f"{key}.json", json.dumps(record, indent=1).encode())
+        digest = json.dumps(record, indent=1).encode()
+        compile_cache.write_atomically(directory / f"{key}.vmfb", vmfb)
+        compile_cache.write_atomically(directory / f"{key}.json", digest)
     except OSError as error:
         log.warning("could not write to the compile cache", path=str(directory), reason=str(error))
         return
-    trim(directory)
+    compile_cache.trim(directory)
 
 
 def flags_for_key(flags: list[str]) -> list[str]:
@@ -115,7 +120,7 @@ def compile_program(stablehlo: str, backend: Backend, arch: str) -> CompiledProg
     version = iree_compiler_version()
     key_material = "\0".join([stablehlo, target.target, *flags_for_key(flags), version])
     key = hashlib.sha256(key_material.encode()).hexdigest()
-    directory = private_cache_dir()
+    directory = compile_cache.private_cache_dir()
     vmfb = _cached_module(directory, key) if directory else None
     if vmfb is not None:
         log.info(

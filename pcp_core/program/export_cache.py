@@ -101,6 +101,7 @@ def _cached(directory: Path, key: str) -> str | None:
     if not isinstance(record, dict) or any(record.get(k) != v for k, v in expected.items()):
         log.warning("export cache entry does not match its digest; exporting", path=str(text_path))
         return None
+    compile_cache.mark_used(record_path)
     return data.decode()
 
 

@@ -29,7 +29,7 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ.setdefault("PCP_LOG_FORMAT", "console")
     if "PCP_CACHE_DIR" not in os.environ:
         factory = pytest.TempPathFactory.from_config(config, _ispytest=True)
-        os.environ["PCP_CACHE_DIR"] = str(factory.mktemp("pcp-vmfb-cache"))
+        os.environ["PCP_CACHE_DIR"] = str(factory.mktemp("pcp-compile-cache"))
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     config.addinivalue_line("markers", "slow: long end-to-end tests (deselect: -m 'not slow')")
