@@ -177,7 +177,8 @@ def entries(directory: Path) -> list[Entry]:
 
 def _cache_files(directory: Path) -> Iterator[tuple[tuple[str, str], Path]]:
     """Each file of the cache with its entry's (kind, name): PCP's files named by their
-    keys, jax's executables in `xla/`, XLA's autotuning results below it. Nothing else
+    keys, jax's executables in `xla/`, XLA's autotuning results in their folder or, from
+    jax 0.11, in a folder below it for each kind of device. Nothing else
     that may be there (where `PCP_CACHE_DIR` names a folder in use), and no link
     followed."""
     for path in _plain_files(directory):
@@ -188,21 +189,30 @@ def _cache_files(directory: Path) -> Iterator[tuple[tuple[str, str], Path]]:
         if match := JAX_FILE.fullmatch(path.name):
             yield (XLA_EXECUTABLES, match.group(1)), path
     autotuning = directory / XLA_DIRECTORY / XLA_AUTOTUNING
-    for path in _plain_files(autotuning):
-        yield (XLA_AUTOTUNING_RESULTS, path.name), path
-    for path in _plain_files(autotuning / "tmp"):  # XLA's, renamed into place when whole
-        yield (INCOMPLETE, path.name), path
+    for folder in (autotuning, *_plain_folders(autotuning)):  # one folder a device kind
+        kind = INCOMPLETE if folder.name == "tmp" else XLA_AUTOTUNING_RESULTS
+        for path in _plain_files(folder):  # (XLA renames tmp/'s into place when whole)
+            yield (kind, str(path.relative_to(autotuning))), path
 
 
 def _plain_files(directory: Path) -> Iterator[Path]:
-    """The regular files in `directory`, if it is a directory and not a link to one."""
+    """The regular files in `directory`, if it is a folder and not a link to one."""
+    return (Path(item.path) for item in _scan(directory) if item.is_file(follow_symlinks=False))
+
+
+def _plain_folders(directory: Path) -> Iterator[Path]:
+    """The folders in `directory` that are not links, if it is a folder and not a link."""
+    return (Path(item.path) for item in _scan(directory) if item.is_dir(follow_symlinks=False))
+
+
+def _scan(directory: Path) -> list[os.DirEntry]:
     if directory.is_symlink() or not directory.is_dir():
-        return
+        return []
     try:
         with os.scandir(directory) as found:
-            yield from (Path(item.path) for item in found if item.is_file(follow_symlinks=False))
+            return list(found)
     except OSError:
-        return
+        return []
 
 
 def max_bytes() -> int:

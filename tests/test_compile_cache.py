@@ -181,15 +181,28 @@ def test_trimming_removes_the_least_recently_used_entries_and_nothing_else(
         xla / ".git" / "HEAD",
         xla / ".lockfile",
     ]
-    writing = tmp_path / f"{'e' * 64}.vmfb.x1y2.partial"
-    for path in (*steps, *theirs, writing):
-        path.write_bytes(b"y" * 5000 if path in (*theirs, writing) else b"x" * 10)
+    autotuning = xla / compile_cache.XLA_AUTOTUNING
+    (autotuning / "ed0e56ab8b2a0ecb").mkdir(parents=True)  # a kind of device (jax 0.11)
+    (autotuning / "tmp").mkdir()
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (autotuning / "linked").symlink_to(elsewhere)
+    tuned = [autotuning / "a1.textproto", autotuning / "ed0e56ab8b2a0ecb" / "9e95a6e6.pb"]
+    theirs.append(elsewhere / "9e95a6e6.pb")  # reached only through a link
+    writing = [tmp_path / f"{'e' * 64}.vmfb.x1y2.partial", autotuning / "tmp" / "tmp_1.pb"]
+    for path in (*steps, *tuned, *theirs, *writing):
+        path.write_bytes(b"y" * 5000 if path in (*theirs, *writing) else b"x" * 10)
     removed = compile_cache.trim(tmp_path)
     assert [entry.files for entry in removed] == [oldest]
     assert not any(path.exists() for path in oldest)
-    assert all(path.exists() for path in [*older, *newer, *steps, *theirs, writing])
+    assert all(path.exists() for path in [*older, *newer, *steps, *tuned, *theirs, *writing])
     found = compile_cache.entries(tmp_path)
-    assert {entry.kind for entry in found} == {"IREE modules", "XLA executables"}
+    kinds = {"IREE modules", "XLA executables", "XLA autotuning results"}
+    assert {entry.kind for entry in found} == kinds
+    assert sorted(e.files for e in found if e.kind == "XLA autotuning results") == [
+        [tuned[0]],
+        [tuned[1]],
+    ]
     assert sorted(e.files for e in found if e.kind == "XLA executables") == [
         sorted(steps[:2]),
         steps[2:],
