@@ -177,10 +177,9 @@ def entries(directory: Path) -> list[Entry]:
 
 def _cache_files(directory: Path) -> Iterator[tuple[tuple[str, str], Path]]:
     """Each file of the cache with its entry's (kind, name): PCP's files named by their
-    keys, jax's executables in `xla/`, XLA's autotuning results in their folder or, from
-    jax 0.11, in a folder below it for each kind of device. Nothing else
-    that may be there (where `PCP_CACHE_DIR` names a folder in use), and no link
-    followed."""
+    keys, jax's executables in `xla/`, and XLA's autotuning results in their folder or,
+    from jax 0.11, in a folder below it for each kind of device. Nothing else that may
+    be there (where `PCP_CACHE_DIR` names a folder in use), and no link followed."""
     for path in _plain_files(directory):
         if match := PCP_FILE.fullmatch(path.name):
             key, suffix, partial = match.groups()
@@ -189,9 +188,10 @@ def _cache_files(directory: Path) -> Iterator[tuple[tuple[str, str], Path]]:
         if match := JAX_FILE.fullmatch(path.name):
             yield (XLA_EXECUTABLES, match.group(1)), path
     autotuning = directory / XLA_DIRECTORY / XLA_AUTOTUNING
-    for folder in (autotuning, *_plain_folders(autotuning)):  # one folder a device kind
+    for folder in (autotuning, *_plain_folders(autotuning)):
+        # XLA writes each result in tmp/ first, then renames it into place
         kind = INCOMPLETE if folder.name == "tmp" else XLA_AUTOTUNING_RESULTS
-        for path in _plain_files(folder):  # (XLA renames tmp/'s into place when whole)
+        for path in _plain_files(folder):
             yield (kind, str(path.relative_to(autotuning))), path
 
 
