@@ -1,12 +1,12 @@
 """PCP's compile cache: where compiled programs are kept between runs, and how much.
 
-One directory (`PCP_CACHE_DIR`, default `compiled/` in the user cache dir) holds three
+One directory (`PCP_CACHE_DIR`, default `compiled/` in the user cache dir) holds these
 kinds of entries:
 - IREE modules, `<key>.vmfb` with `<key>.json` (`pcp_core.iree.compiler`);
 - the StableHLO they are compiled from, `<key>.mlir` with `<key>.mlir.json`
   (`pcp_core.program.export_cache`);
 - an `xla` worker's compiled steps, jax's persistent compilation cache in `xla/`
-  (`pcp_xla.runtime.keep_compiled_steps`).
+  (`pcp_xla.runtime.keep_compiled_steps`), and XLA's autotuning results below it.
 
 An entry is code that runs, and its key is computable by anyone, so the directory is
 trusted only as far as it is private: it is created 0700 and used only while it belongs
@@ -46,7 +46,7 @@ JAX_KINDS = (XLA_EXECUTABLES, XLA_AUTOTUNING_RESULTS)
 INCOMPLETE = "incomplete entries"  # half-written files (by PCP or XLA's autotuner)
 # PCP's files: <key>.vmfb and <key>.json (an IREE module and its digest), <key>.mlir and
 # <key>.mlir.json (an exported program and its digest), and their half-written forms
-PCP_FILE = re.compile(r"([0-9a-f]{64})(\.vmfb|\.json|\.mlir|\.mlir\.json)(\.\w+\.partial)?")
+PCP_FILE = re.compile(r"([0-9a-f]{64})(\.vmfb|\.json|\.mlir|\.mlir\.json)(\.[a-z0-9_]+\.partial)?")
 PCP_KINDS = {
     ".vmfb": "IREE modules",
     ".json": "IREE modules",
@@ -56,6 +56,7 @@ PCP_KINDS = {
 JAX_FILE = re.compile(r"(.+)-(?:cache|atime)")  # jax's LRU cache: <name>-cache, <name>-atime
 XLA_DIRECTORY = "xla"
 XLA_AUTOTUNING = "xla_gpu_per_fusion_autotune_cache_dir"  # jax puts it in its cache dir
+AUTOTUNING_FILE = re.compile(r"[A-Za-z0-9_-]+\.(?:pb|textproto)")  # a hash, base64 or hex
 # a half-written file older than this was left by a crash, not by a writer still at it
 PARTIAL_LEFTOVER_S = 3600.0
 
@@ -132,7 +133,7 @@ def write_atomically(path: Path, data: bytes) -> None:
 
 @dataclasses.dataclass
 class Entry:
-    """The files of one cached program, and when it was last used."""
+    """The files of one cached program or autotuning result, and when it was last used."""
 
     kind: str
     files: list[Path]
@@ -165,14 +166,17 @@ def entries(directory: Path) -> list[Entry]:
             kind=kind,
             files=sorted(path for path, _ in files),
             size=sum(info.st_size for _, info in files),
-            # PCP marks its entries' use; jax's are read without a mark
-            last_used=max(
-                max(info.st_mtime, info.st_atime if kind in JAX_KINDS else 0.0) for _, info in files
-            ),
+            last_used=max(_last_used(kind, info) for _, info in files),
         )
         for (kind, _), files in groups.items()
     ]
     return sorted(found, key=lambda entry: entry.last_used)
+
+
+def _last_used(kind: str, info: os.stat_result) -> float:
+    """When a file was last used: PCP marks its own files' use (`mark_used`), while jax
+    reads its files without a mark, so for them the access time counts as well."""
+    return max(info.st_mtime, info.st_atime) if kind in JAX_KINDS else info.st_mtime
 
 
 def _cache_files(directory: Path) -> Iterator[tuple[tuple[str, str], Path]]:
@@ -184,15 +188,23 @@ def _cache_files(directory: Path) -> Iterator[tuple[tuple[str, str], Path]]:
         if match := PCP_FILE.fullmatch(path.name):
             key, suffix, partial = match.groups()
             yield (INCOMPLETE if partial else PCP_KINDS[suffix], key), path
-    for path in _plain_files(directory / XLA_DIRECTORY):
+    xla = directory / XLA_DIRECTORY
+    if xla.is_symlink():  # not the folder PCP made, and what it leads to is not PCP's
+        return
+    for path in _plain_files(xla):
         if match := JAX_FILE.fullmatch(path.name):
             yield (XLA_EXECUTABLES, match.group(1)), path
-    autotuning = directory / XLA_DIRECTORY / XLA_AUTOTUNING
-    for folder in (autotuning, *_plain_folders(autotuning)):
-        # XLA writes each result in tmp/ first, then renames it into place
-        kind = INCOMPLETE if folder.name == "tmp" else XLA_AUTOTUNING_RESULTS
+    autotuning = xla / XLA_AUTOTUNING
+    folders = [autotuning, *_plain_folders(autotuning)]  # from jax 0.11, one a device kind
+    # XLA writes each result in a tmp/ first, then renames it into place
+    folders += [folder / "tmp" for folder in folders[1:] if folder.name != "tmp"]
+    for folder in folders:
         for path in _plain_files(folder):
-            yield (kind, str(path.relative_to(autotuning))), path
+            name = str(path.relative_to(autotuning))
+            if folder.name == "tmp":
+                yield (INCOMPLETE, name), path
+            elif AUTOTUNING_FILE.fullmatch(path.name):
+                yield (XLA_AUTOTUNING_RESULTS, name), path
 
 
 def _plain_files(directory: Path) -> Iterator[Path]:
@@ -205,7 +217,8 @@ def _plain_folders(directory: Path) -> Iterator[Path]:
     return (Path(item.path) for item in _scan(directory) if item.is_dir(follow_symlinks=False))
 
 
-def _scan(directory: Path) -> list[os.DirEntry]:
+def _scan(directory: Path) -> list[os.DirEntry[str]]:
+    """What `directory` holds; nothing if it is no folder, or a link to one."""
     if directory.is_symlink() or not directory.is_dir():
         return []
     try:
@@ -244,22 +257,29 @@ def _limit(text: str) -> int:
 def trim(directory: Path) -> list[Entry]:
     """Remove the least recently used entries of `directory` until the rest take at most
     `max_bytes()`; the entries removed. Another process may be reading an entry: it gets
-    the whole entry or a miss, and compiles again. A file that cannot be removed (a cache
-    on a read-only disk) is warned about: the cache only saves time."""
+    the whole entry or a miss, and compiles again. An entry that cannot be removed (a file
+    of another user's, a read-only disk) is passed over with a warning: the cache only
+    saves time."""
     limit = max_bytes()
     found = entries(directory)
     total = sum(entry.size for entry in found)
-    removed = []
+    removed, failures = [], []
     for entry in found:
         if total <= limit:
             break
+        failure = remove(entry)
+        if failure:
+            failures.append(failure)
+            continue
         removed.append(entry)
         total -= entry.size
-    try:
-        remove(removed)
-    except OSError as error:
-        log.warning("could not trim the compile cache", path=str(directory), reason=str(error))
-        return []
+    if failures:
+        log.warning(
+            "could not remove some of the compile cache's entries; passing them over",
+            path=str(directory),
+            entries=len(failures),
+            first=failures[0],
+        )
     if removed:
         log.info(
             "compile cache trimmed to its size limit",
@@ -271,8 +291,13 @@ def trim(directory: Path) -> list[Entry]:
     return removed
 
 
-def remove(removed: list[Entry]) -> None:
-    """Delete the entries' files; those another process removed meanwhile are gone too."""
-    for entry in removed:
-        for path in entry.files:
+def remove(entry: Entry) -> str | None:
+    """Delete the entry's files, the one that marks it whole (a digest, jax's access time)
+    last, so that a reader finds it whole or not at all; why not, where a file could not
+    be deleted. Files another process removed meanwhile are gone as well."""
+    for path in sorted(entry.files, key=lambda path: path.name.endswith((".json", "-atime"))):
+        try:
             path.unlink(missing_ok=True)
+        except OSError as error:
+            return f"{path}: {error.strerror or error}"
+    return None

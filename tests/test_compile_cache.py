@@ -42,6 +42,12 @@ def cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     return path
 
 
+@pytest.fixture(autouse=True)
+def fresh_limit() -> None:
+    """PCP_CACHE_MAX_GB is read once a value: each test reads it anew."""
+    compile_cache._limit.cache_clear()
+
+
 def warnings(events: list) -> list[str]:
     return [e["event"] for e in events if e["log_level"] == "warning"]
 
@@ -182,14 +188,19 @@ def test_trimming_removes_the_least_recently_used_entries_and_nothing_else(
         xla / ".lockfile",
     ]
     autotuning = xla / compile_cache.XLA_AUTOTUNING
-    (autotuning / "ed0e56ab8b2a0ecb").mkdir(parents=True)  # a kind of device (jax 0.11)
+    device = autotuning / "ed0e56ab8b2a0ecb"  # a kind of device (jax 0.11)
+    (device / "tmp").mkdir(parents=True)
     (autotuning / "tmp").mkdir()
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     (autotuning / "linked").symlink_to(elsewhere)
-    tuned = [autotuning / "a1.textproto", autotuning / "ed0e56ab8b2a0ecb" / "9e95a6e6.pb"]
-    theirs.append(elsewhere / "9e95a6e6.pb")  # reached only through a link
-    writing = [tmp_path / f"{'e' * 64}.vmfb.x1y2.partial", autotuning / "tmp" / "tmp_1.pb"]
+    tuned = [autotuning / "hSAm-_1x.textproto", device / "9e95a6e626b0520b3d04a22c423c09ae.pb"]
+    theirs += [elsewhere / "9e95a6e626b0520b3d04a22c423c09ae.pb", device / "notes.txt"]
+    writing = [
+        tmp_path / f"{'e' * 64}.vmfb.x1y2_abc.partial",
+        autotuning / "tmp" / "tmp_1.pb",
+        device / "tmp" / "tmp_2.pb",
+    ]
     for path in (*steps, *tuned, *theirs, *writing):
         path.write_bytes(b"y" * 5000 if path in (*theirs, *writing) else b"x" * 10)
     removed = compile_cache.trim(tmp_path)
@@ -199,10 +210,9 @@ def test_trimming_removes_the_least_recently_used_entries_and_nothing_else(
     found = compile_cache.entries(tmp_path)
     kinds = {"IREE modules", "XLA executables", "XLA autotuning results"}
     assert {entry.kind for entry in found} == kinds
-    assert sorted(e.files for e in found if e.kind == "XLA autotuning results") == [
-        [tuned[0]],
-        [tuned[1]],
-    ]
+    assert sorted(e.files for e in found if e.kind == "XLA autotuning results") == sorted(
+        [path] for path in tuned
+    )
     assert sorted(e.files for e in found if e.kind == "XLA executables") == [
         sorted(steps[:2]),
         steps[2:],
@@ -234,6 +244,8 @@ def test_a_cache_hit_keeps_its_entry_over_older_unused_ones(
         os.utime(path, (long_ago, long_ago))
     unused = entry_files(cache, "f" * 64, time.time() - 60, module.stat().st_size)
     assert compile_double().cache_hit
+    for path in (module, module.with_suffix(".json")):  # the read's access time aside
+        os.utime(path, (long_ago, path.stat().st_mtime))
     monkeypatch.setenv("PCP_CACHE_MAX_GB", str(1.5 * module.stat().st_size / 1e9))
     (removed,) = compile_cache.trim(cache)
     assert removed.files == unused and module.exists()
@@ -245,7 +257,9 @@ def test_a_limit_that_is_no_number_keeps_the_default(monkeypatch: pytest.MonkeyP
         monkeypatch.setenv("PCP_CACHE_MAX_GB", text)
         with capture_logs() as events:
             assert compile_cache.max_bytes() == int(compile_cache.DEFAULT_MAX_GB * 1e9)
-        assert "PCP_CACHE_MAX_GB is not a number" in warnings(events)[0]
+            compile_cache.max_bytes()  # read after every write: warned about once
+        (warning,) = warnings(events)
+        assert "PCP_CACHE_MAX_GB is not a number" in warning
 
 
 def test_pcp_cache_shows_and_clears_what_a_compile_left(cache: Path) -> None:
@@ -271,3 +285,63 @@ def test_pcp_cache_will_not_clear_a_folder_others_can_write(cache: Path) -> None
     cleared = run_pcp("cache", "clear")
     assert cleared.returncode == 2 and "not clearing" in cleared.stderr
     assert list(cache.glob("*.vmfb"))
+
+
+def test_a_linked_xla_folder_is_not_the_caches(tmp_path: Path) -> None:
+    """`xla/` as a link leads out of the cache: nothing there is counted or removed."""
+    elsewhere = tmp_path / "elsewhere"
+    (elsewhere / compile_cache.XLA_AUTOTUNING).mkdir(parents=True)
+    files = [elsewhere / "jit_step-0-cache", elsewhere / compile_cache.XLA_AUTOTUNING / "a.pb"]
+    for path in files:
+        path.write_bytes(b"x")
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    (cache / "xla").symlink_to(elsewhere)
+    assert compile_cache.entries(cache) == []
+
+
+def test_an_entry_that_cannot_be_removed_is_passed_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A file trimming may not delete (another user's, a read-only disk) does not stop it:
+    the next entry goes instead, with a warning."""
+    now = time.time()
+    stuck = entry_files(tmp_path, "a" * 64, now - 300, 1000)
+    older = entry_files(tmp_path, "b" * 64, now - 200, 1000)
+    newer = entry_files(tmp_path, "c" * 64, now - 100, 1000)
+    unlink = Path.unlink
+
+    def refusing(path: Path, missing_ok: bool = False) -> None:
+        if path in stuck:
+            raise PermissionError(13, "Permission denied")
+        unlink(path, missing_ok=missing_ok)
+
+    monkeypatch.setattr(Path, "unlink", refusing)
+    monkeypatch.setenv("PCP_CACHE_MAX_GB", str(2500 / 1e9))
+    with capture_logs() as events:
+        removed = compile_cache.trim(tmp_path)
+    assert [entry.files for entry in removed] == [older]
+    assert all(path.exists() for path in [*stuck, *newer])
+    assert "could not remove some" in warnings(events)[0]
+
+
+def test_an_entry_trimmed_while_it_is_read_is_a_quiet_miss(
+    cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Another process's trim between reading a module and its digest: compiled again,
+    with no warning of a foreign entry."""
+    compile_double()
+    (module,) = cache.glob("*.vmfb")
+    read_bytes = Path.read_bytes
+
+    def read_then_trimmed(path: Path) -> bytes:
+        data = read_bytes(path)
+        if path == module:
+            (entry,) = compile_cache.entries(cache)
+            assert compile_cache.remove(entry) is None
+        return data
+
+    monkeypatch.setattr(Path, "read_bytes", read_then_trimmed)
+    events: list = []
+    assert not compile_double(events).cache_hit
+    assert not warnings(events)

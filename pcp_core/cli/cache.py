@@ -1,7 +1,7 @@
 """`pcp cache`: what PCP's compile cache holds, and emptying it.
 
-Light to import (typer, and `pcp_core.compile_cache`'s standard library), so `pcp
---help` stays fast.
+Light to import (typer; `pcp_core.compile_cache` needs only structlog besides the
+standard library), so `pcp --help` stays fast.
 """
 
 import collections
@@ -63,13 +63,23 @@ def clear() -> None:
         return
     directory = path.resolve()
     reason = compile_cache.unsafe_cache_dir_reason(directory)
-    if reason:  # what others could have put there is not this command's to delete
-        fail(f"not clearing {path}: {reason}; PCP does not use it, so it holds nothing of PCP's")
-    removed = compile_cache.entries(directory)
-    try:
-        compile_cache.remove(removed)
-    except OSError as error:
-        fail(f"could not clear {path}: {error}")
+    if reason:
+        fail(
+            f"not clearing {path}: {reason}, so others could have put files there and PCP "
+            "leaves them alone: chmod 700 it if it is yours and clear again, or delete it yourself"
+        )
+    removed, failures = [], []
+    for entry in compile_cache.entries(directory):
+        failure = compile_cache.remove(entry)
+        if failure:
+            failures.append(failure)
+        else:
+            removed.append(entry)
     freed = _size(sum(entry.size for entry in removed))
-    noun = "entry" if len(removed) == 1 else "entries"
-    typer.echo(f"removed {len(removed)} {noun} ({freed}) from {path}")
+    typer.echo(f"removed {_entries(len(removed))} ({freed}) from {path}")
+    if failures:
+        fail(f"could not remove {_entries(len(failures))}, the first: {failures[0]}")
+
+
+def _entries(count: int) -> str:
+    return f"{count} entry" if count == 1 else f"{count} entries"

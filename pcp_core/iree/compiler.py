@@ -86,10 +86,10 @@ def _cached_module(directory: Path, key: str) -> bytes | None:
 def _store_module(directory: Path, key: str, vmfb: bytes, description: dict[str, str]) -> None:
     """Cache `vmfb` under `key`; its digest is written last, so it marks a whole entry."""
     record = {"key": key, "vmfb_sha256": hashlib.sha256(vmfb).hexdigest(), **description}
+    record_bytes = json.dumps(record, indent=1).encode()
     try:
-        digest = json.dumps(record, indent=1).encode()
         compile_cache.write_atomically(directory / f"{key}.vmfb", vmfb)
-        compile_cache.write_atomically(directory / f"{key}.json", digest)
+        compile_cache.write_atomically(directory / f"{key}.json", record_bytes)
     except OSError as error:
         log.warning("could not write to the compile cache", path=str(directory), reason=str(error))
         return

@@ -213,12 +213,17 @@ def keep_compiled_steps() -> Path | None:
     directory = compile_cache.private_cache_dir()
     if directory is None:
         return None
+    xla = directory / compile_cache.XLA_DIRECTORY
     try:
-        (directory / compile_cache.XLA_DIRECTORY).mkdir(mode=0o700, exist_ok=True)
+        xla.mkdir(mode=0o700, exist_ok=True)
     except OSError as error:
         log.warning("compiled steps not kept; compiling each time", reason=str(error))
         return None
-    compilation_cache.set_cache_dir(str(directory / compile_cache.XLA_DIRECTORY))
+    reason = compile_cache.unsafe_cache_dir_reason(xla)  # a link reads as no folder
+    if reason:
+        log.warning("compiled steps not kept; compiling each time", path=str(xla), reason=reason)
+        return None
+    compilation_cache.set_cache_dir(str(xla))
     return directory
 
 

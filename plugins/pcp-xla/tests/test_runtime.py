@@ -164,6 +164,33 @@ def test_a_second_executor_loads_the_compiled_step_from_the_cache(
         runtime.keep_compiled_steps.cache_clear()
 
 
+def test_a_linked_xla_folder_keeps_no_compiled_steps(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`xla/` in the compile cache as a link leads to a folder no one checked: jax is not
+    pointed there, and the worker compiles each time, saying why."""
+    import jax
+    from pcp_xla import runtime
+    from structlog.testing import capture_logs
+
+    cache, elsewhere = tmp_path / "cache", tmp_path / "elsewhere"
+    cache.mkdir(mode=0o700)
+    elsewhere.mkdir()
+    (cache / "xla").symlink_to(elsewhere)
+    monkeypatch.setenv("PCP_CACHE_DIR", str(cache))
+    saved = jax.config.jax_compilation_cache_dir
+    jax.config.update("jax_compilation_cache_dir", None)
+    runtime.keep_compiled_steps.cache_clear()
+    try:
+        with capture_logs() as events:
+            assert runtime.keep_compiled_steps() is None
+        assert jax.config.jax_compilation_cache_dir is None
+        assert any(e["event"].startswith("compiled steps not kept") for e in events)
+    finally:
+        jax.config.update("jax_compilation_cache_dir", saved)
+        runtime.keep_compiled_steps.cache_clear()
+
+
 def test_a_params_snapshot_outlives_the_next_call_and_feeds_another_executor() -> None:
     corpus, config, program = reference()
     artifact = XLA.build(program, BACKEND, PLATFORM)
