@@ -119,7 +119,20 @@ def private_cache_dir() -> Path | None:
     return directory
 
 
-def write_atomically(path: Path, data: bytes) -> None:
+def store(directory: Path, files: list[tuple[str, bytes]]) -> None:
+    """Write an entry's files into `directory` in order, each whole or not at all, the
+    last one (its digest) marking the entry whole; then trim the cache to its limit. A
+    disk that refuses the write is warned about: the cache only saves time."""
+    try:
+        for name, data in files:
+            _write_atomically(directory / name, data)
+    except OSError as error:
+        log.warning("could not write to the compile cache", path=str(directory), reason=str(error))
+        return
+    trim(directory)
+
+
+def _write_atomically(path: Path, data: bytes) -> None:
     """Write `path` whole or not at all: a crash never leaves a truncated file there."""
     handle, partial = tempfile.mkstemp(dir=path.parent, prefix=f"{path.name}.", suffix=".partial")
     try:
@@ -261,18 +274,7 @@ def trim(directory: Path) -> list[Entry]:
     of another user's, a read-only disk) is passed over with a warning: the cache only
     saves time."""
     limit = max_bytes()
-    found = entries(directory)
-    total = sum(entry.size for entry in found)
-    removed, failures = [], []
-    for entry in found:
-        if total <= limit:
-            break
-        failure = remove(entry)
-        if failure:
-            failures.append(failure)
-            continue
-        removed.append(entry)
-        total -= entry.size
+    removed, failures = remove_until(directory, limit)
     if failures:
         log.warning(
             "could not remove some of the compile cache's entries; passing them over",
@@ -289,6 +291,24 @@ def trim(directory: Path) -> list[Entry]:
             limit_mb=round(limit / 1e6, 1),
         )
     return removed
+
+
+def remove_until(directory: Path, limit: int) -> tuple[list[Entry], list[str]]:
+    """Remove entries of `directory`, least recently used first, until the rest take at
+    most `limit` bytes; the entries removed, and why each one passed over could not be."""
+    found = entries(directory)
+    total = sum(entry.size for entry in found)
+    removed, failures = [], []
+    for entry in found:
+        if total <= limit:
+            break
+        failure = remove(entry)
+        if failure:
+            failures.append(failure)
+            continue
+        removed.append(entry)
+        total -= entry.size
+    return removed, failures
 
 
 def remove(entry: Entry) -> str | None:

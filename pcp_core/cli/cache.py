@@ -68,13 +68,7 @@ def clear() -> None:
             f"not clearing {path}: {reason}, so others could have put files there and PCP "
             "leaves them alone: chmod 700 it if it is yours and clear again, or delete it yourself"
         )
-    removed, failures = [], []
-    for entry in compile_cache.entries(directory):
-        failure = compile_cache.remove(entry)
-        if failure:
-            failures.append(failure)
-        else:
-            removed.append(entry)
+    removed, failures = compile_cache.remove_until(directory, limit=0)
     freed = _size(sum(entry.size for entry in removed))
     typer.echo(f"removed {_entries(len(removed))} ({freed}) from {path}")
     if failures:

@@ -87,13 +87,7 @@ def _store_module(directory: Path, key: str, vmfb: bytes, description: dict[str,
     """Cache `vmfb` under `key`; its digest is written last, so it marks a whole entry."""
     record = {"key": key, "vmfb_sha256": hashlib.sha256(vmfb).hexdigest(), **description}
     record_bytes = json.dumps(record, indent=1).encode()
-    try:
-        compile_cache.write_atomically(directory / f"{key}.vmfb", vmfb)
-        compile_cache.write_atomically(directory / f"{key}.json", record_bytes)
-    except OSError as error:
-        log.warning("could not write to the compile cache", path=str(directory), reason=str(error))
-        return
-    compile_cache.trim(directory)
+    compile_cache.store(directory, [(f"{key}.vmfb", vmfb), (f"{key}.json", record_bytes)])
 
 
 def flags_for_key(flags: list[str]) -> list[str]:

@@ -108,10 +108,6 @@ def _cached(directory: Path, key: str) -> str | None:
 def _store(directory: Path, key: str, text: str) -> None:
     data = text.encode()
     record = {"key": key, "sha256": hashlib.sha256(data).hexdigest()}
-    try:
-        compile_cache.write_atomically(directory / f"{key}.mlir", data)
-        compile_cache.write_atomically(directory / f"{key}.mlir.json", json.dumps(record).encode())
-    except OSError as error:
-        log.warning("could not write to the export cache", path=str(directory), reason=str(error))
-        return
-    compile_cache.trim(directory)
+    compile_cache.store(
+        directory, [(f"{key}.mlir", data), (f"{key}.mlir.json", json.dumps(record).encode())]
+    )
