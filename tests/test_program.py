@@ -75,6 +75,36 @@ def test_the_unrolled_steps_compute_what_the_loop_does(corpus: data.CharCorpus, 
         assert relative_error(ours, np.asarray(theirs)) < 1e-4, spec.name
 
 
+def test_attention_in_query_blocks_is_the_whole_causal_square(
+    corpus: data.CharCorpus, monkeypatch
+) -> None:
+    """Four blocks of 8 queries, each against the keys up to its own last one: the loss
+    and gradients of the one [32, 32] square, and IREE on the CPU compiles and runs it."""
+    import jax
+    import pcp_adamw
+
+    config = nanogpt.MODEL.config({**TINY, "vocab_size": corpus.vocab_size})
+    params = nanogpt.init(config, seed=0)
+    x, y = corpus.batches("train", 1, 4, config["block_size"], stream=(0, 0))
+    loss = lambda p: nanogpt.loss(config, p, x[0], y[0])  # noqa: E731
+    gradients = {}
+    for block in (32, 8):
+        monkeypatch.setattr(nanogpt, "ATTENTION_QUERY_BLOCK", block)
+        gradients[block] = jax.value_and_grad(loss)(params)
+    traced = str(jax.make_jaxpr(loss)(params))  # [batch, heads, queries, keys] scores
+    assert "f32[4,2,8,8]" in traced and "f32[4,2,8,32]" in traced
+    assert "f32[4,2,32,32]" not in traced
+    (whole, whole_grads), (blocked, blocked_grads) = gradients[32], gradients[8]
+    np.testing.assert_allclose(blocked, whole, rtol=1e-6)
+    for name, expected in whole_grads.items():
+        assert relative_error(np.asarray(blocked_grads[name]), np.asarray(expected)) < 1e-5, name
+
+    settings = InnerSettings(lr=3e-3, warmup_steps=2, total_steps=12)
+    tx, schedule = pcp_adamw.build(settings), schedule_values(settings)
+    prog = build_train_program(nanogpt.MODEL, config, tx, 4, 8, schedule=schedule)
+    train_side_by_side(corpus, config, prog, 1e-4)
+
+
 def test_state_stays_on_device(corpus: data.CharCorpus, program) -> None:
     import pcp_cpu
 
