@@ -1,9 +1,10 @@
-"""The portable attention's query blocks (`nanogpt.ATTENTION_QUERY_BLOCK`), side by side:
-the same train step with the blocks given, on a PCP backend and jax.jit in one process.
+"""The portable attention with its queries in blocks of each given size, side by side.
 
-A block as long as the context is the whole causal square (the form before blocks);
-shorter blocks skip more of its upper part, in more, smaller products. Each row is
-`step_time.measure` of that form. Writes RESULTS/attention_blocks_SIZE_BACKEND.json and .md.
+The same train step with `nanogpt.ATTENTION_QUERY_BLOCK` set to each block, on a PCP
+backend and jax.jit in one process. A block as long as the context is the whole causal
+square (the form before blocks); shorter blocks skip more of its upper part, in more,
+smaller products. Each row is `step_time.measure` of that form. Writes
+RESULTS/attention_blocks_SIZE_BACKEND.json and .md.
 
     python benchmarks/attention_blocks.py --backend cpu --size long-tiny --blocks 1024 512 256
     python benchmarks/attention_blocks.py --backend cuda --target sm_80 --size gpt2-small \
@@ -42,23 +43,33 @@ step_time.SIZES["long-mid"] = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--backend", default="cpu")
-    parser.add_argument("--size", choices=list(step_time.SIZES), default="long-tiny")
+    parser.add_argument("--backend", default="cpu", help="the PCP backend to time (IREE or xla)")
+    parser.add_argument(
+        "--size", choices=list(step_time.SIZES), default="long-tiny", help="the model and batch"
+    )
     parser.add_argument("--precision", choices=PRECISIONS, default="f32")
-    parser.add_argument("--blocks", nargs="+", type=int, required=True, help="queries per block")
+    parser.add_argument(
+        "--blocks",
+        nargs="+",
+        type=int,
+        required=True,
+        help="queries per block, one form each (the context or more: the whole square)",
+    )
     parser.add_argument("--target", help="architecture to compile for (default: detect)")
     parser.add_argument("--vmfb-dir", type=Path, help="modules compiled by --compile-only")
     parser.add_argument("--compile-only", action="store_true", help="fill --vmfb-dir, run none")
-    parser.add_argument("--results", type=Path, default=step_time.RESULTS)
+    parser.add_argument("--results", type=Path, default=step_time.RESULTS, help="where figures go")
     args = parser.parse_args()
     if args.compile_only and not args.vmfb_dir:
         parser.error("--compile-only needs --vmfb-dir")
+    if any(block < 1 for block in args.blocks):
+        parser.error("--blocks: a block holds one query or more")
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
     backend = plugins.host().backend(args.backend)
     corpus = None if args.compile_only else data.load_text_file(None)
     rows = []
     for block in args.blocks:
-        nanogpt.ATTENTION_QUERY_BLOCK = block
+        nanogpt.ATTENTION_QUERY_BLOCK = block  # the program measure or compile_into builds
         vmfb_dir = args.vmfb_dir / f"block{block}" if args.vmfb_dir else None
         if args.compile_only:
             arch = backend.resolve_arch(args.target)

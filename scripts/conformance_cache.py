@@ -5,7 +5,7 @@ a machine that has the GPU but no IREE compiler (the device tool's GPU box).
         vulkan:ampere vulkan:rdna3 vulkan:vp_android_baseline_2022
 
 Give every architecture a suite compiles there: the one it detects on that machine
-(sm_80 for any NVIDIA GPU from Ampere on; a Vulkan vendor's target), the backend's
+(sm_80 for Hopper and newer; a Vulkan vendor's target), the backend's
 default and the suite's `compile_archs`. There, with the same jax, jaxlib and IREE
 versions (the IREE runtime whole: detection runs its `iree-run-module`) and
 `PCP_CACHE_DIR` pointing at a copy of DIR (mode 0700), `pytest

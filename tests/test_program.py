@@ -75,11 +75,30 @@ def test_the_unrolled_steps_compute_what_the_loop_does(corpus: data.CharCorpus, 
         assert relative_error(ours, np.asarray(theirs)) < 1e-4, spec.name
 
 
-def test_attention_in_query_blocks_is_the_whole_causal_square(
+@pytest.mark.parametrize(("block", "last"), [(8, 8), (12, 8)])
+def test_attention_in_query_blocks_is_causal_attention(block: int, last: int, monkeypatch) -> None:
+    """Blocks of queries (the last one shorter where the context is no multiple), each
+    against the keys up to its own last query: jax's causal attention."""
+    import jax
+
+    monkeypatch.setattr(nanogpt, "ATTENTION_QUERY_BLOCK", block)
+    q, k, v = np.random.default_rng(0).standard_normal((3, 4, 2, 32, 16)).astype(np.float32)
+    blocked = nanogpt._causal_attention(q, k, v, "f32")
+    swap = lambda a: a.transpose(0, 2, 1, 3)  # noqa: E731  ([batch, time, heads, width])
+    expected = swap(jax.nn.dot_product_attention(swap(q), swap(k), swap(v), is_causal=True))
+    np.testing.assert_allclose(blocked, expected, rtol=1e-5, atol=1e-6)
+    # a function of this test's own: jax keeps a function's trace, which would outlive the patch
+    attention = lambda q, k, v: nanogpt._causal_attention(q, k, v, "f32")  # noqa: E731
+    traced = str(jax.make_jaxpr(attention)(q, k, v))
+    assert f"f32[4,2,{block},{block}]" in traced and f"f32[4,2,{last},32]" in traced
+    assert "f32[4,2,32,32]" not in traced  # [batch, heads, queries, keys] scores
+
+
+def test_a_step_with_attention_in_blocks_is_the_whole_squares(
     corpus: data.CharCorpus, monkeypatch
 ) -> None:
-    """Four blocks of 8 queries, each against the keys up to its own last one: the loss
-    and gradients of the one [32, 32] square, and IREE on the CPU compiles and runs it."""
+    """The loss and gradients of four blocks of 8 queries are those of the one [32, 32]
+    square, and IREE on the CPU trains the blocked program as JAX does."""
     import jax
     import pcp_adamw
 
@@ -87,14 +106,11 @@ def test_attention_in_query_blocks_is_the_whole_causal_square(
     params = nanogpt.init(config, seed=0)
     x, y = corpus.batches("train", 1, 4, config["block_size"], stream=(0, 0))
     loss = lambda p: nanogpt.loss(config, p, x[0], y[0])  # noqa: E731
-    gradients = {}
+    loss_and_gradients = {}
     for block in (32, 8):
         monkeypatch.setattr(nanogpt, "ATTENTION_QUERY_BLOCK", block)
-        gradients[block] = jax.value_and_grad(loss)(params)
-    traced = str(jax.make_jaxpr(loss)(params))  # [batch, heads, queries, keys] scores
-    assert "f32[4,2,8,8]" in traced and "f32[4,2,8,32]" in traced
-    assert "f32[4,2,32,32]" not in traced
-    (whole, whole_grads), (blocked, blocked_grads) = gradients[32], gradients[8]
+        loss_and_gradients[block] = jax.value_and_grad(loss)(params)
+    (whole, whole_grads), (blocked, blocked_grads) = loss_and_gradients[32], loss_and_gradients[8]
     np.testing.assert_allclose(blocked, whole, rtol=1e-6)
     for name, expected in whole_grads.items():
         assert relative_error(np.asarray(blocked_grads[name]), np.asarray(expected)) < 1e-5, name

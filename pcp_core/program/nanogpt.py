@@ -9,6 +9,7 @@ import functools
 import math
 import operator
 from collections.abc import Mapping
+from typing import Any
 
 import structlog
 
@@ -65,12 +66,12 @@ NORM_FOLDED_PLATFORMS: tuple[str, ...] = ("cuda",)
 # (torch.compile 63.27); at 8-24 no change beyond the spread between calls
 # (benchmarks/results/gpu/h200/2026-11-29-b32-profile).
 POSITION_ADDS_PLATFORMS: tuple[str, ...] = ("cuda",)
-# The portable attention's queries per block (see `_causal_attention`), where the context
-# is a multiple of it: at 1024 positions, two blocks compute 3/4 of the [time, time]
-# square. 1024 positions, side by side with the whole square (benchmarks/attention_blocks.py):
+# The portable attention's queries per block (see `_causal_attention`): at 1024 positions,
+# two blocks compute 3/4 of the [time, time] square; a context up to 512 is one block,
+# the whole square. 1024 positions, side by side with it (benchmarks/attention_blocks.py):
 # on a 2-core CPU, 2 layers of width 128, IREE 349.5 → 261.0 ms a step and XLA 320.3 →
 # 213.6 (256 queries: 211.6 and 172.5); on an H200, GPT-2 small bf16, IREE cuda 93.3 /
-# 92.8 → 90.1 / 90.7 ms, where 256 queries cost 94.3-95.8 (more, smaller launches)
+# 92.8 → 90.1 / 90.7 ms, where 256 queries cost 94.3-96.0 (more, smaller launches)
 # (benchmarks/results/gpu/h200/2026-11-29-attention). CUDA's bf16 export uses cuDNN's.
 ATTENTION_QUERY_BLOCK = 512
 
@@ -203,7 +204,8 @@ def _attention(config: Mapping[str, int], params: Params, prefix: str, x, precis
 
 def _causal_attention(q, k, v, precision: str):
     """Causal softmax(q·kᵀ/√d)·v of [batch, heads, time, head width] q, k, v, the portable
-    form: each `ATTENTION_QUERY_BLOCK` queries against only the keys up to their last one.
+    form: `ATTENTION_QUERY_BLOCK` queries at a time (the last block may be shorter), each
+    block against only the keys up to its last query.
 
     The float32 scores are the step's largest tensors; a block of queries that sees no
     key past its own end computes, masks and keeps none of the square's upper part.
@@ -211,19 +213,25 @@ def _causal_attention(q, k, v, precision: str):
     import jax
     import jax.numpy as jnp
 
-    time = q.shape[2]
-    block = ATTENTION_QUERY_BLOCK if time % ATTENTION_QUERY_BLOCK == 0 else time
     keys_t = k.transpose(0, 1, 3, 2)
     scale = 1.0 / math.sqrt(q.shape[3])
     outs = []
-    for start in range(0, time, block):
-        end = start + block
+    for start, end in _query_blocks(q.shape[2]):
         scores = precisions.matmul(q[:, :, start:end], keys_t[..., :end], precision)
         scores = scores.astype(jnp.float32) * scale
-        causal = jnp.tril(jnp.ones((block, end), dtype=bool), k=start)
+        causal = jnp.tril(jnp.ones((end - start, end), dtype=bool), k=start)
         scores = jnp.where(causal, scores, jnp.finfo(scores.dtype).min)
         outs.append(precisions.matmul(jax.nn.softmax(scores, axis=-1), v[:, :, :end], precision))
     return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=2)
+
+
+def _query_blocks(time) -> list[tuple[int, Any]]:
+    """[start, end) of each block of queries; one block where `time` is symbolic (an
+    export with a dynamic time axis), whose blocks are not known when it is traced."""
+    if not isinstance(time, int):
+        return [(0, time)]
+    block = ATTENTION_QUERY_BLOCK
+    return [(start, min(start + block, time)) for start in range(0, time, block)]
 
 
 def _bf16_where(precision: str, platforms: tuple[str, ...]):
