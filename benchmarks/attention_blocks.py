@@ -24,6 +24,7 @@ from pcp_core import plugins
 from pcp_core.config import PRECISIONS
 from pcp_core.data import text as data
 from pcp_core.program import nanogpt
+from pcp_core.registry import UnknownNameError
 
 # GPT-2 small's context on models a 2-core CPU steps through in seconds: a narrow one,
 # where attention is most of the step, and shakespeare-char's layers
@@ -65,7 +66,10 @@ def main() -> None:
     if any(block < 1 for block in args.blocks):
         parser.error("--blocks: a block holds one query or more")
     os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")
-    backend = plugins.host().backend(args.backend)
+    try:
+        backend = plugins.host().backend(args.backend)
+    except UnknownNameError as error:
+        parser.error(str(error))
     corpus = None if args.compile_only else data.load_text_file(None)
     rows = []
     for block in args.blocks:
