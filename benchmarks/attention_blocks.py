@@ -1,6 +1,6 @@
 """The portable attention with its queries in blocks of each given size, side by side.
 
-The same train step with `nanogpt.ATTENTION_QUERY_BLOCK` set to each block, on a PCP
+The same train step with `portable_attention.QUERY_BLOCK` set to each block, on a PCP
 backend and jax.jit in one process. A block as long as the context is the whole causal
 square (the form before blocks); shorter blocks skip more of its upper part, in more,
 smaller products. Each row is `step_time.measure` of that form. Writes
@@ -23,7 +23,7 @@ import step_time
 from pcp_core import plugins
 from pcp_core.config import PRECISIONS
 from pcp_core.data import text as data
-from pcp_core.program import nanogpt
+from pcp_core.program import portable_attention
 from pcp_core.registry import UnknownNameError
 
 # GPT-2 small's context on models a 2-core CPU steps through in seconds: a narrow one,
@@ -73,7 +73,7 @@ def main() -> None:
     corpus = None if args.compile_only else data.load_text_file(None)
     rows = []
     for block in args.blocks:
-        nanogpt.ATTENTION_QUERY_BLOCK = block  # the program measure or compile_into builds
+        portable_attention.QUERY_BLOCK = block  # the program measure or compile_into builds
         vmfb_dir = args.vmfb_dir / f"block{block}" if args.vmfb_dir else None
         if args.compile_only:
             arch = backend.resolve_arch(args.target)

@@ -9,7 +9,7 @@ from pcp_core.iree.compiler import compile_program
 from pcp_core.iree.executor import IreeExecutor
 from pcp_core.iree.transfers import assert_state_stays_on_device
 from pcp_core.optimizers import InnerSettings, schedule_values
-from pcp_core.program import nanogpt
+from pcp_core.program import nanogpt, portable_attention
 from pcp_core.program.build import SCHEDULE_TENSOR, build_train_program
 
 TINY = {"n_layer": 2, "n_head": 2, "n_embd": 32, "block_size": 32}
@@ -81,14 +81,14 @@ def test_attention_in_query_blocks_is_causal_attention(block: int, last: int, mo
     against the keys up to its own last query: jax's causal attention."""
     import jax
 
-    monkeypatch.setattr(nanogpt, "ATTENTION_QUERY_BLOCK", block)
+    monkeypatch.setattr(portable_attention, "QUERY_BLOCK", block)
     q, k, v = np.random.default_rng(0).standard_normal((3, 4, 2, 32, 16)).astype(np.float32)
-    blocked = nanogpt._causal_attention(q, k, v, "f32")
+    blocked = portable_attention.causal_attention(q, k, v, "f32")
     swap = lambda a: a.transpose(0, 2, 1, 3)  # noqa: E731  ([batch, time, heads, width])
     expected = swap(jax.nn.dot_product_attention(swap(q), swap(k), swap(v), is_causal=True))
     np.testing.assert_allclose(blocked, expected, rtol=1e-5, atol=1e-6)
     # a function of this test's own: jax keeps a function's trace, which would outlive the patch
-    attention = lambda q, k, v: nanogpt._causal_attention(q, k, v, "f32")  # noqa: E731
+    attention = lambda q, k, v: portable_attention.causal_attention(q, k, v, "f32")  # noqa: E731
     traced = str(jax.make_jaxpr(attention)(q, k, v))
     assert f"f32[4,2,{block},{block}]" in traced and f"f32[4,2,{last},32]" in traced
     assert "f32[4,2,32,32]" not in traced  # [batch, heads, queries, keys] scores
@@ -108,7 +108,7 @@ def test_a_step_with_attention_in_blocks_is_the_whole_squares(
     loss = lambda p: nanogpt.loss(config, p, x[0], y[0])  # noqa: E731
     loss_and_gradients = {}
     for block in (32, 8):
-        monkeypatch.setattr(nanogpt, "ATTENTION_QUERY_BLOCK", block)
+        monkeypatch.setattr(portable_attention, "QUERY_BLOCK", block)
         loss_and_gradients[block] = jax.value_and_grad(loss)(params)
     (whole, whole_grads), (blocked, blocked_grads) = loss_and_gradients[32], loss_and_gradients[8]
     np.testing.assert_allclose(blocked, whole, rtol=1e-6)

@@ -9,7 +9,6 @@ import functools
 import math
 import operator
 from collections.abc import Mapping
-from typing import Any
 
 import structlog
 
@@ -19,6 +18,7 @@ from pcp_core.program import layers, losses
 from pcp_core.program import precision as precisions
 from pcp_core.program.build import export_platform
 from pcp_core.program.mesh import devices_at_hand, on_each_device
+from pcp_core.program.portable_attention import causal_attention
 
 log = structlog.get_logger(__name__)
 
@@ -66,14 +66,6 @@ NORM_FOLDED_PLATFORMS: tuple[str, ...] = ("cuda",)
 # (torch.compile 63.27); at 8-24 no change beyond the spread between calls
 # (benchmarks/results/gpu/h200/2026-11-29-b32-profile).
 POSITION_ADDS_PLATFORMS: tuple[str, ...] = ("cuda",)
-# The portable attention's queries per block (see `_causal_attention`): at 1024 positions,
-# two blocks compute 3/4 of the [time, time] square; a context up to 512 is one block,
-# the whole square. 1024 positions, side by side with it (benchmarks/attention_blocks.py):
-# on a 2-core CPU, 2 layers of width 128, IREE 349.5 → 261.0 ms a step and XLA 320.3 →
-# 213.6 (256 queries: 211.6 and 172.5); on an H200, GPT-2 small bf16, IREE cuda 93.3 /
-# 92.8 → 90.1 / 90.7 ms, where 256 queries cost 94.3-96.0 (more, smaller launches)
-# (benchmarks/results/gpu/h200/2026-11-29-attention). CUDA's bf16 export uses cuDNN's.
-ATTENTION_QUERY_BLOCK = 512
 
 DEFAULTS = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 64, "vocab_size": 256}
 
@@ -198,40 +190,8 @@ def _attention(config: Mapping[str, int], params: Params, prefix: str, x, precis
         if fused is not None:
             return _dense(params, prefix + "c_proj", fused, precision, branch)
     q, k, v = layers.split_heads(heads)(qkv)
-    out = _causal_attention(q, k, v, precision).transpose(0, 2, 1, 3).reshape(batch, time, width)
+    out = causal_attention(q, k, v, precision).transpose(0, 2, 1, 3).reshape(batch, time, width)
     return _dense(params, prefix + "c_proj", out, precision, branch)
-
-
-def _causal_attention(q, k, v, precision: str):
-    """Causal softmax(q·kᵀ/√d)·v of [batch, heads, time, head width] q, k, v, the portable
-    form: `ATTENTION_QUERY_BLOCK` queries at a time (the last block may be shorter), each
-    block against only the keys up to its last query.
-
-    The float32 scores are the step's largest tensors; a block of queries that sees no
-    key past its own end computes, masks and keeps none of the square's upper part.
-    """
-    import jax
-    import jax.numpy as jnp
-
-    keys_t = k.transpose(0, 1, 3, 2)
-    scale = 1.0 / math.sqrt(q.shape[3])
-    outs = []
-    for start, end in _query_blocks(q.shape[2]):
-        scores = precisions.matmul(q[:, :, start:end], keys_t[..., :end], precision)
-        scores = scores.astype(jnp.float32) * scale
-        causal = jnp.tril(jnp.ones((end - start, end), dtype=bool), k=start)
-        scores = jnp.where(causal, scores, jnp.finfo(scores.dtype).min)
-        outs.append(precisions.matmul(jax.nn.softmax(scores, axis=-1), v[:, :, :end], precision))
-    return outs[0] if len(outs) == 1 else jnp.concatenate(outs, axis=2)
-
-
-def _query_blocks(time) -> list[tuple[int, Any]]:
-    """[start, end) of each block of queries; one block where `time` is symbolic (an
-    export with a dynamic time axis), whose blocks are not known when it is traced."""
-    if not isinstance(time, int):
-        return [(0, time)]
-    block = ATTENTION_QUERY_BLOCK
-    return [(start, min(start + block, time)) for start in range(0, time, block)]
 
 
 def _bf16_where(precision: str, platforms: tuple[str, ...]):
