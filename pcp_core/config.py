@@ -83,8 +83,8 @@ class RunConfig:
     # model size (None: the model's default)
     model_size: str | None = _opt(
         None,
-        "Named model size, e.g. for nanogpt tiny, shakespeare-char, gpt2-small, gpt2-medium "
-        "(default: the model's defaults); --n-layer etc. override its values.",
+        "Named model size, e.g. for nanogpt tiny, shakespeare-char, gpt2-small, gpt2-medium, "
+        "gpt2-large, gpt2-xl (default: the model's defaults); --n-layer etc. override its values.",
     )
     n_layer: int | None = _opt(None, "Transformer layers.")
     n_head: int | None = _opt(None, "Attention heads.")
@@ -97,6 +97,11 @@ class RunConfig:
         "f32",
         "Matrix products: f32, or bf16 (bf16 inputs, f32 accumulation; weights, optimizer "
         "state and what workers send stay f32).",
+    )
+    remat: str = _opt(
+        "none",
+        "Activation rematerialisation: none, or blocks (each transformer block's activations "
+        "recomputed in the backward pass, not kept: less memory, about a third more compute).",
     )
     # training
     steps: int = _opt(300, "Inner optimizer steps (per worker for diloco).")
