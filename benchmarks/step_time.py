@@ -77,6 +77,11 @@ SIZES = {
         "calls": 3,
     },
 }
+# GPT-2 medium (350M), large (774M) and XL (1.5B), nanogpt's presets, likewise
+SIZES |= {
+    name: {**SIZES["gpt2-small"], "model": nanogpt.PRESETS[name]}
+    for name in ("gpt2-medium", "gpt2-large", "gpt2-xl")
+}
 
 
 def build(size: dict, corpus: data.CharCorpus, precision: str, steps_per_call: int):

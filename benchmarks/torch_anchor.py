@@ -14,10 +14,14 @@ run after another's unless `--interleave` has them take turns, call by call: a G
 machine's speed drifts by a few percent over a minute, and turns spread that drift over
 every way alike. `--power` adds each way's median SM clock, mean power and joules a step
 over its timed calls (`gpu_power.py`): at a GPU's power cap, time follows energy.
+`--remat blocks` recomputes each block in the backward pass in both: PCP's `--remat
+blocks`, and torch.utils.checkpoint around each of torch's blocks.
 
     python benchmarks/torch_anchor.py --quick            # CPU: the tiny model, f32
     python benchmarks/torch_anchor.py --size gpt2-small --batch 8 16 --precision bf16 \
         --torch compiled --xla pcp --interleave --calls 10
+    python benchmarks/torch_anchor.py --size gpt2-xl --batch 16 --remat blocks \
+        --torch compiled --xla pcp
 
 FLOPs a step = tokens × (6 × parameters + 12 × layers × width × block); MFU is that
 over the time and `--peak-tflops` (H100 dense bf16: 989). Memory: torch's peak allocated
@@ -218,10 +222,12 @@ def schedule(steps: int) -> list[float]:
 
 def torch_model(config: dict[str, int], params: dict[str, np.ndarray], device: Any) -> Any:
     """nanoGPT as PCP builds it, its weights copied from PCP's (matrices transposed:
-    PCP multiplies x @ W, torch's Linear x @ Wᵀ)."""
+    PCP multiplies x @ W, torch's Linear x @ Wᵀ); with the config's `remat`, each block
+    under torch.utils.checkpoint."""
     import torch
     import torch.nn.functional as F
     from torch import nn
+    from torch.utils.checkpoint import checkpoint
 
     width, heads = config["n_embd"], config["n_head"]
 
@@ -255,7 +261,7 @@ def torch_model(config: dict[str, int], params: dict[str, np.ndarray], device: A
             positions = torch.arange(tokens.shape[1], device=tokens.device)
             x = self.wte(tokens) + self.wpe(positions)
             for block in self.h:
-                x = block(x)
+                x = checkpoint(block, x, use_reentrant=False) if config.get("remat") else block(x)
             logits = F.linear(self.ln_f(x), self.wte.weight)  # tied
             return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.view(-1))
 
@@ -640,7 +646,8 @@ def measure(args: argparse.Namespace, corpus: Any) -> list[dict[str, Any]]:
 
     size = size_of(args)
     vocab = size.get("vocab_size", corpus.vocab_size)
-    config = nanogpt.MODEL.config({**size["model"], "vocab_size": vocab})
+    remat = {"remat": nanogpt.REMAT_BLOCKS} if args.remat == "blocks" else {}
+    config = nanogpt.MODEL.config({**size["model"], "vocab_size": vocab, **remat})
     params = nanogpt.init(config, 0)
     parameters = int(sum(p.size for p in params.values()))
     runs: dict[int, list[tuple[str, dict[str, Any]]]] = {batch: [] for batch in args.batch}
@@ -843,8 +850,10 @@ def rows_of(
         difference = np.abs(np.array(run["losses"]) - np.array(reference["losses"]))
         row = {
             "what": name,
+            "size": args.size,
             "batch_size": batch,
             "precision": args.precision,
+            "remat": args.remat,
             "steps_per_call": k,
             "ms_per_step": round(ms, 2),
             "ms_per_step_each_call": [round(t * 1e3, 2) for t in run["times"]],
@@ -983,6 +992,12 @@ def main() -> None:
     parser.add_argument("--size", default="gpt2-small", help="a size of step_time.SIZES")
     parser.add_argument("--batch", type=int, nargs="+", default=[8, 16])
     parser.add_argument("--precision", choices=["f32", "bf16"], default="bf16")
+    parser.add_argument(
+        "--remat",
+        choices=["none", "blocks"],
+        default="none",
+        help="blocks: each block recomputed in the backward pass, in PCP and in torch",
+    )
     parser.add_argument("--steps-per-call", type=int, default=4)
     parser.add_argument("--calls", type=int, default=5, help="timed calls (after one warm-up)")
     parser.add_argument(

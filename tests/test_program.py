@@ -205,3 +205,62 @@ def test_one_program_for_every_schedule(corpus: data.CharCorpus) -> None:
     for ours, theirs in zip(*weights, strict=True):
         np.testing.assert_allclose(np.asarray(ours), np.asarray(theirs), rtol=1e-5, atol=1e-6)
     assert jax.numpy.array_equal(states[0][-1], carried.init_opt_state(params)[-1])
+
+
+def test_remat_blocks_gives_the_same_loss_and_gradients(corpus: data.CharCorpus) -> None:
+    """`--remat blocks` (nanogpt's `remat` 1) recomputes each block in the backward pass:
+    the traced step differs (each block under jax.checkpoint), the loss and gradients do
+    not (f32, on the CPU)."""
+    import jax
+    import pcp_adamw
+
+    config = nanogpt.MODEL.config({**TINY, "vocab_size": corpus.vocab_size})
+    remat = {**config, "remat": nanogpt.REMAT_BLOCKS}
+    params = nanogpt.init(config, seed=0)
+    x, y = corpus.batches("train", 1, 4, config["block_size"], stream=(0, 0))
+
+    def loss_and_gradients(model_config: dict[str, int]):
+        return jax.value_and_grad(lambda p: nanogpt.loss(model_config, p, x[0], y[0]))(params)
+
+    (loss, grads), (remat_loss, remat_grads) = map(loss_and_gradients, (config, remat))
+    np.testing.assert_allclose(float(remat_loss), float(loss), rtol=1e-6)
+    for name in params:
+        np.testing.assert_allclose(remat_grads[name], grads[name], rtol=1e-5, atol=1e-7)
+
+    def products(model_config: dict[str, int]) -> int:
+        """The matrix products of the gradient's trace: the forward pass's again with remat."""
+        step = jax.grad(lambda p: nanogpt.loss(model_config, p, x[0], y[0]))
+        return str(jax.make_jaxpr(step)(params)).count("dot_general")
+
+    assert products(remat) > products(config)
+    tx = pcp_adamw.build(InnerSettings())
+    programs = [build_train_program(nanogpt.MODEL, c, tx, 1, 4) for c in (config, remat)]
+    assert "optimization_barrier" not in programs[0].stablehlo
+    assert "optimization_barrier" in programs[1].stablehlo
+
+
+def test_remat_setting_and_what_it_saves() -> None:
+    """`--remat` reaches the model as its `remat` setting, a model without one refuses
+    anything but none, and the memory estimate keeps a block's input a layer instead of
+    its activations."""
+    from pcp_core.config import RunConfig
+    from pcp_core.models import Model
+    from pcp_core.program import footprint
+    from pcp_core.program.training import remat_setting
+
+    assert remat_setting(nanogpt.MODEL, RunConfig()) == {}
+    assert remat_setting(nanogpt.MODEL, RunConfig(remat="blocks")) == {"remat": 1}
+    with pytest.raises(ValueError, match="remat must be one of none, blocks"):
+        remat_setting(nanogpt.MODEL, RunConfig(remat="layers"))
+    plain = Model(name="plain", defaults={"width": 4}, init=lambda c, s: {}, loss=lambda: 0)
+    assert remat_setting(plain, RunConfig(model="plain")) == {}
+    with pytest.raises(ValueError, match="no rematerialisation"):
+        remat_setting(plain, RunConfig(model="plain", remat="blocks"))
+    with pytest.raises(ValueError, match="remat must be 0 or 1"):
+        nanogpt.MODEL.config({"remat": 2})
+
+    xl = nanogpt.MODEL.config({"vocab_size": 50304}, preset="gpt2-xl")
+    assert 1.55e9 < sum(np.prod(s) for s in nanogpt.shapes(xl).values()) < 1.56e9
+    kept = footprint.activation_floats(xl, 8)
+    saved = footprint.activation_floats({**xl, "remat": 1}, 8)
+    assert saved is not None and kept is not None and saved < kept / 5

@@ -21,7 +21,9 @@ float32 with AdamW:
   "Reducing Activation Recomputation in Large Transformer Models", without dropout).
   The logits term counts the logits, the loss's softmax, their gradient and the
   embedding gradient's one-hot matrix. bf16 runs keep float32 activations (products
-  accumulate in float32), so the same figure holds.
+  accumulate in float32), so the same figure holds. With `remat` (`--remat blocks`) a
+  layer keeps only its input, `batch * block * n_embd`, and one layer's activations are
+  alive at a time while the backward pass recomputes them.
 
 Left out: the compiler's scratch space and what fusion saves, the runtime's own memory,
 the token batches. Read it as the order of magnitude, not a limit.
@@ -104,6 +106,8 @@ def activation_floats(model_config: Mapping[str, Any], batch_size: int) -> int |
     layers, heads, width, block, vocab = (int(model_config[key]) for key in GPT_SETTINGS)
     positions = batch_size * block
     per_layer = positions * (16 * width + 2 * heads * block)
+    if model_config.get("remat"):  # each layer's input, and one layer's activations at a time
+        return layers * positions * width + per_layer + positions * vocab * 4
     return layers * per_layer + positions * vocab * 4
 
 

@@ -67,7 +67,17 @@ NORM_FOLDED_PLATFORMS: tuple[str, ...] = ("cuda",)
 # (benchmarks/results/gpu/h200/2026-11-29-b32-profile).
 POSITION_ADDS_PLATFORMS: tuple[str, ...] = ("cuda",)
 
-DEFAULTS = {"n_layer": 2, "n_head": 4, "n_embd": 64, "block_size": 64, "vocab_size": 256}
+# `remat`: 0 keeps every activation for the backward pass; 1 (`--remat blocks`) keeps only
+# each transformer block's input and recomputes the block's activations from it there.
+DEFAULTS = {
+    "n_layer": 2,
+    "n_head": 4,
+    "n_embd": 64,
+    "block_size": 64,
+    "vocab_size": 256,
+    "remat": 0,
+}
+REMAT_BLOCKS = 1
 
 # Named sizes (`--model-size`); the vocabulary always comes from the data.
 PRESETS = {
@@ -75,12 +85,17 @@ PRESETS = {
     "shakespeare-char": {"n_layer": 6, "n_head": 6, "n_embd": 384, "block_size": 256},
     "gpt2-small": {"n_layer": 12, "n_head": 12, "n_embd": 768, "block_size": 1024},
     "gpt2-medium": {"n_layer": 24, "n_head": 16, "n_embd": 1024, "block_size": 1024},
+    "gpt2-large": {"n_layer": 36, "n_head": 20, "n_embd": 1280, "block_size": 1024},
+    "gpt2-xl": {"n_layer": 48, "n_head": 25, "n_embd": 1600, "block_size": 1024},
 }
 
 
 def validate(config: Mapping[str, int]) -> None:
     for key, value in config.items():
-        if not isinstance(value, int) or value <= 0:
+        if key == "remat":
+            if value not in (0, REMAT_BLOCKS):
+                raise ValueError(f"model setting remat must be 0 or {REMAT_BLOCKS}, got {value!r}")
+        elif not isinstance(value, int) or value <= 0:
             raise ValueError(f"model setting {key} must be a positive integer, got {value!r}")
     if config["n_embd"] % config["n_head"]:
         raise ValueError(
@@ -230,15 +245,11 @@ def _no_fused_attention(reason: str) -> None:
     log.warning("no cuDNN attention here; exporting the portable form", reason=reason)
 
 
-def logits(config: Mapping[str, int], params: Params, tokens, precision: str = "f32"):
+def _block(config: Mapping[str, int], prefix: str, precision: str, params: Params, x):
+    """The transformer block `prefix` ("h.3.") applied to the residual stream `x`; `params`
+    needs only the block's own."""
     import jax.numpy as jnp
 
-    time = tokens.shape[1]
-    by_comparison = export_platform() in layers.XLA_FORM_PLATFORMS
-    sorted_rows = export_platform() in SORTED_EMBEDDING_PLATFORMS
-    embed = layers.embedding(precision, by_comparison, sorted_rows)
-    add = layers.add_positions() if export_platform() in POSITION_ADDS_PLATFORMS else operator.add
-    x = add(embed(params["wte"], tokens), params["wpe"][:time])
     hidden = jnp.bfloat16 if precisions.bf16_hidden(precision) else None
     in_bf16 = _bf16_where(precision, BF16_NORM_OUTPUT_PLATFORMS) is not None
     normed = functools.partial(
@@ -250,13 +261,32 @@ def logits(config: Mapping[str, int], params: Params, tokens, precision: str = "
     branch = _bf16_where(precision, BF16_RESIDUAL_BRANCH_PLATFORMS)
     kept = export_platform() in RESIDUAL_GRADIENT_KEPT_PLATFORMS
     residual = layers.kept_gradient() if kept else (lambda x: x)
+    h, block = normed(prefix + "ln_1", prefix + "attn.c_attn", x)
+    x = residual(x + _attention(config, block, prefix + "attn.", h, precision))
+    h, block = normed(prefix + "ln_2", prefix + "mlp.c_fc", x)
+    h = _dense_gelu(block, prefix + "mlp.c_fc", h, precision, hidden)
+    return residual(x + _dense(params, prefix + "mlp.c_proj", h, precision, branch))
+
+
+def logits(config: Mapping[str, int], params: Params, tokens, precision: str = "f32"):
+    import jax
+
+    time = tokens.shape[1]
+    by_comparison = export_platform() in layers.XLA_FORM_PLATFORMS
+    sorted_rows = export_platform() in SORTED_EMBEDDING_PLATFORMS
+    embed = layers.embedding(precision, by_comparison, sorted_rows)
+    add = layers.add_positions() if export_platform() in POSITION_ADDS_PLATFORMS else operator.add
+    x = add(embed(params["wte"], tokens), params["wpe"][:time])
+    # With `remat`, each block under jax.checkpoint: its input is what the backward pass
+    # keeps, and the block's forward pass runs again there (the same program on every
+    # backend, IREE's included, since only the traced step changes).
+    rematerialised = config.get("remat", 0) == REMAT_BLOCKS
     for i in range(config["n_layer"]):
         p = f"h.{i}."
-        h, block = normed(p + "ln_1", p + "attn.c_attn", x)
-        x = residual(x + _attention(config, block, p + "attn.", h, precision))
-        h, block = normed(p + "ln_2", p + "mlp.c_fc", x)
-        h = _dense_gelu(block, p + "mlp.c_fc", h, precision, hidden)
-        x = residual(x + _dense(params, p + "mlp.c_proj", h, precision, branch))
+        block = functools.partial(_block, config, p, precision)
+        if rematerialised:
+            block = jax.checkpoint(block)
+        x = block({k: v for k, v in params.items() if k.startswith(p)}, x)
     x = layers.layer_norm()(x, params["ln_f.weight"], params["ln_f.bias"])
     in_bf16 = _bf16_where(precision, BF16_LOGITS_PLATFORMS) is not None
     return precisions.matmul(x, params["wte"].T, precision, bf16_out=in_bf16)

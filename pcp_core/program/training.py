@@ -21,6 +21,11 @@ from pcp_core.program.resources import require_memory
 
 log = structlog.get_logger(__name__)
 
+# `--remat`'s choices, in the order of the values of a model's `remat` setting (nanogpt's:
+# 1 recomputes each transformer block in the backward pass). A model offers
+# rematerialisation by having that setting.
+REMATS = ("none", "blocks")
+
 
 @dataclass
 class TrainingSetup:
@@ -147,9 +152,11 @@ def prepare(
     optimizer = plugins.optimizer(config.optimizer)
     if getattr(optimizer, "role", None) != "inner":
         raise ValueError(f"optimizer {config.optimizer!r} is not an inner optimizer")
+    remat = remat_setting(model, config)
     corpus = plugins.dataset(config.dataset).load(config.data)
     model_config = model.config(
-        {**config.model_overrides(), "vocab_size": corpus.vocab_size}, preset=config.model_size
+        {**config.model_overrides(), "vocab_size": corpus.vocab_size, **remat},
+        preset=config.model_size,
     )
     if "block_size" in model_config:
         corpus.check_block_size(model_config["block_size"])
@@ -190,6 +197,18 @@ def prepare(
 
     evaluator = Evaluator(build_evaluation, *resolve_backend(config, plugins), config.device)
     return TrainingSetup(config, model, model_config, corpus, program, evaluator)
+
+
+def remat_setting(model: Model, config: RunConfig) -> dict[str, int]:
+    """`--remat` as the model's `remat` setting ({} for none); ValueError for an unknown
+    choice or a model that has no such setting."""
+    if config.remat not in REMATS:
+        raise ValueError(f"remat must be one of {', '.join(REMATS)}: {config.remat!r}")
+    if config.remat == "none":
+        return {}
+    if "remat" not in model.defaults:
+        raise ValueError(f"model {config.model!r} has no rematerialisation: use --remat none")
+    return {"remat": REMATS.index(config.remat)}
 
 
 def footprint_of(
