@@ -7,9 +7,12 @@ how many bytes an encoding of `count` values may take, so a receiver refuses a l
 one before reading it. Everything else is here, once for every codec:
 
 - **Framing** (`encode_tensor`, `decode_tensor`): one leading byte says whether the
-  body is the codec's or a marker for a tensor that held NaN or Inf. A non-finite
-  tensor decodes to NaNs whatever the codec, so the shepherd's result checks refuse it
-  as they refuse a float32 one; a codec only ever encodes finite values.
+  body is the codec's or a marker for a tensor that held NaN or Inf, then the tensor's
+  shape (a byte for the number of dimensions, four for each), which the receiver holds
+  to the one it expects, as it does a float32 tensor's: a transposed matrix of the right
+  size is refused, not decoded into the other shape. A non-finite tensor decodes to NaNs
+  whatever the codec, so the shepherd's result checks refuse it as they refuse a float32
+  one; a codec only ever encodes finite values.
 - **Error feedback** (`Feedback`): a lossy codec may ask for it (`feedback = True`, as
   top-k selection does): the sender keeps, per tensor, what the decoded form lacked and
   adds it to that tensor's next value before encoding, so nothing is lost for good,
@@ -20,12 +23,14 @@ message that says what is wrong, never another exception, and allocates no more 
 the `count` values it was asked for.
 """
 
+import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
 import numpy as np
 
 FINITE, NON_FINITE = 0, 1  # the framing byte
+MAX_DIMENSIONS = 32
 
 
 class CodecError(ValueError):
@@ -57,31 +62,55 @@ class Codec(ABC):
         feedback); the conformance suite holds every round trip to it."""
 
 
+def frame_bytes(shape: tuple[int, ...]) -> int:
+    """The bytes framing adds to a tensor of `shape`: the marker and the shape."""
+    return 2 + 4 * len(shape)
+
+
+def max_encoded_bytes(codec: Codec, shape: tuple[int, ...]) -> int:
+    """The longest framed encoding of a tensor of `shape`."""
+    return frame_bytes(shape) + codec.max_bytes(int(np.prod(shape, dtype=np.int64)))
+
+
+def _frame(marker: int, shape: tuple[int, ...]) -> bytes:
+    return bytes([marker, len(shape)]) + struct.pack(f"<{len(shape)}I", *shape)
+
+
 def encode_tensor(codec: Codec, array: np.ndarray) -> bytes:
     """An array (any shape, float32) framed for the link."""
     values = np.ascontiguousarray(array, dtype=np.float32).reshape(-1)
     if not np.isfinite(values).all():
-        return bytes([NON_FINITE])
-    return bytes([FINITE]) + codec.encode(values)
+        return _frame(NON_FINITE, array.shape)
+    return _frame(FINITE, array.shape) + codec.encode(values)
 
 
 def decode_tensor(codec: Codec, data: bytes, shape: tuple[int, ...]) -> np.ndarray:
-    """The float32 array of `shape` that `data` frames; CodecError if it frames none."""
+    """The float32 array of `shape` that `data` frames; CodecError if it frames none, or
+    a tensor of another shape."""
+    shape = tuple(int(n) for n in shape)
     count = int(np.prod(shape, dtype=np.int64))
-    if not data:
-        raise CodecError(f"{codec.name}: empty encoding of a tensor of {count} values")
-    if len(data) > 1 + codec.max_bytes(count):
+    head = frame_bytes(shape)
+    if len(data) < 2:
+        raise CodecError(f"{codec.name}: {len(data)} bytes, no framing of a tensor")
+    if data[0] not in (FINITE, NON_FINITE):
+        raise CodecError(f"{codec.name}: unknown framing byte {data[0]}")
+    if data[1] != len(shape) or len(data) < head:
         raise CodecError(
-            f"{codec.name}: {len(data) - 1} bytes, more than the {codec.max_bytes(count)} "
+            f"{codec.name}: frames a tensor of {data[1]} dimensions, expected shape {shape}"
+        )
+    framed = struct.unpack_from(f"<{len(shape)}I", data, 2)
+    if framed != shape:
+        raise CodecError(f"{codec.name}: frames a tensor of shape {framed}, expected {shape}")
+    if len(data) > head + codec.max_bytes(count):
+        raise CodecError(
+            f"{codec.name}: {len(data) - head} bytes, more than the {codec.max_bytes(count)} "
             f"an encoding of {count} values may take"
         )
     if data[0] == NON_FINITE:
-        if len(data) != 1:
+        if len(data) != head:
             raise CodecError(f"{codec.name}: a non-finite marker with a body")
         return np.full(shape, np.nan, np.float32)
-    if data[0] != FINITE:
-        raise CodecError(f"{codec.name}: unknown framing byte {data[0]}")
-    values = codec.decode(memoryview(data)[1:].tobytes(), count)
+    values = codec.decode(memoryview(data)[head:].tobytes(), count)
     if values.dtype != np.float32 or values.shape != (count,):
         raise CodecError(f"{codec.name}: decoded {values.dtype} {values.shape}, not {count}")
     return values.reshape(shape)

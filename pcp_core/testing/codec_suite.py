@@ -16,7 +16,13 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from pcp_core.codecs import CodecError, Feedback, decode_tensor, encode_tensor
+from pcp_core.codecs import (
+    CodecError,
+    Feedback,
+    decode_tensor,
+    encode_tensor,
+    max_encoded_bytes,
+)
 
 SHAPES = [(0,), (1,), (7,), (3, 5), (255,), (257,), (64, 130)]
 
@@ -53,7 +59,7 @@ class CodecConformance:
     def test_round_trip_within_the_declared_bound(self, codec: Any, index: int) -> None:
         array = samples()[index]
         data = encode_tensor(codec, array)
-        assert len(data) <= 1 + codec.max_bytes(array.size)
+        assert len(data) <= max_encoded_bytes(codec, array.shape)
         decoded = decode_tensor(codec, data, array.shape)
         assert decoded.shape == array.shape and decoded.dtype == np.float32
         error = np.abs(decoded.astype(np.float64) - array.astype(np.float64)).reshape(-1)
@@ -88,12 +94,21 @@ class CodecConformance:
         with pytest.raises(CodecError):
             decode_tensor(codec, bytes([7]) + data[1:], array.shape)
 
+    def test_a_tensor_of_another_shape_is_refused(self, codec: Any) -> None:
+        """A transposed matrix has the right number of values, not the right shape."""
+        array = np.random.default_rng(5).standard_normal((20, 50)).astype(np.float32)
+        with pytest.raises(CodecError, match="shape"):
+            decode_tensor(codec, encode_tensor(codec, array.T.copy()), array.shape)
+        with pytest.raises(CodecError, match="dimensions"):
+            decode_tensor(codec, encode_tensor(codec, array.reshape(-1)), array.shape)
+
     def test_random_bytes_raise_codec_error_or_decode(self, codec: Any) -> None:
         rng = np.random.default_rng(4)
         for _ in range(500):
             count = int(rng.integers(0, 600))
             size = int(rng.integers(0, codec.max_bytes(count) + 3))
-            data = bytes([int(rng.integers(0, 2))]) + rng.bytes(size)
+            frame = bytes([int(rng.integers(0, 2)), 1]) + count.to_bytes(4, "little")
+            data = frame + rng.bytes(size)
             try:
                 decoded = decode_tensor(codec, data, (count,))
             except CodecError:

@@ -34,7 +34,8 @@ import numpy as np
 #     (Assignment.schedule_step)
 # 11: deltas may follow their Results unasked (RunSettings.push_deltas), and a Result may
 #     come before its Assignment (RunSettings.ahead, Result.ahead, Assignment.continues)
-PROTOCOL_VERSION = 11
+# 12: an encoded tensor's framing carries its shape (pcp_core.codecs)
+PROTOCOL_VERSION = 12
 
 
 @dataclass

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from pcp_core import plugins
-from pcp_core.codecs import encode_tensor
+from pcp_core.codecs import encode_tensor, frame_bytes, max_encoded_bytes
 from pcp_core.program.build import TensorSpec
 from pcp_core.shepherd.aggregation import DeltaSink, MalformedDelta
 from pcp_core.wire.transport import TensorHeader
@@ -45,7 +45,7 @@ def test_float32_where_a_codec_was_agreed_is_malformed() -> None:
 def test_more_bytes_than_the_codec_may_take_are_refused_before_reading() -> None:
     codec = plugins.host().codec("int8")
     sink = DeltaSink([np.zeros(SPEC.shape, np.float32)], [SPEC], codec)
-    too_long = 2 + codec.max_bytes(1200)
+    too_long = 1 + max_encoded_bytes(codec, SPEC.shape)
     header = TensorHeader("w", "uint8", (too_long,), too_long)
     with pytest.raises(MalformedDelta, match="at most"):
         sink.buffer(0, header)
@@ -54,10 +54,20 @@ def test_more_bytes_than_the_codec_may_take_are_refused_before_reading() -> None
 def test_bytes_that_decode_to_nothing_are_malformed() -> None:
     codec = plugins.host().codec("fp4")
     sink = DeltaSink([np.zeros(SPEC.shape, np.float32)], [SPEC], codec)
-    garbage = np.full(1 + codec.max_bytes(1200), 0xFF, np.uint8)
-    garbage[0] = 0
+    garbage = np.full(max_encoded_bytes(codec, SPEC.shape), 0xFF, np.uint8)
+    head = frame_bytes(SPEC.shape)
+    garbage[:head] = np.frombuffer(encode_tensor(codec, np.zeros(SPEC.shape))[:head], np.uint8)
     with pytest.raises(MalformedDelta, match="scale"):
         receive(sink, "w", garbage)
+
+
+def test_a_transposed_tensor_is_malformed() -> None:
+    """The right number of values in another shape: refused as float32 refuses it."""
+    codec = plugins.host().codec("fp4")
+    sink = DeltaSink([np.zeros(SPEC.shape, np.float32)], [SPEC], codec)
+    transposed = np.ones(SPEC.shape[::-1], np.float32)
+    with pytest.raises(MalformedDelta, match="shape"):
+        receive(sink, "w", np.frombuffer(encode_tensor(codec, transposed), np.uint8))
 
 
 def test_a_tensor_of_another_name_is_malformed() -> None:
