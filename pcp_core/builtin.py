@@ -1,4 +1,4 @@
-"""PCP's own model, dataset, algorithm, codec, metrics writer and launchers (Slurm,
+"""PCP's own model, dataset, algorithm, codec, aggregators, metrics writer and launchers (Slurm,
 MPI, Kubernetes), registered as plugins are.
 
 Each hook imports what it registers when it is called, not at the top: plugin
@@ -41,6 +41,20 @@ def pcp_register_codecs(register) -> None:
     from pcp_core.codecs import FLOAT32
 
     register(FLOAT32)
+
+
+@hookimpl
+def pcp_register_aggregators(register) -> None:
+    from pcp_core.aggregators import MEAN
+    from pcp_core.shepherd.robust import (  # here: keeps `pcp --help` fast
+        CENTERED_CLIP,
+        GEOMETRIC_MEDIAN,
+        MEDIAN,
+        TRIMMED_MEAN,
+    )
+
+    for aggregator in (MEAN, CENTERED_CLIP, TRIMMED_MEAN, MEDIAN, GEOMETRIC_MEDIAN):
+        register(aggregator)
 
 
 @hookimpl

@@ -265,6 +265,19 @@ class ShepherdSettings:
     checkpoint_every: int = setting(
         1, "Write the resumable checkpoint every N rounds (and at the end).", low=1, high=MAX_STEPS
     )
+    aggregator: str = setting(
+        "centered-clip",
+        "How a round's results are merged (`pcp plugins` lists them): centered-clip, "
+        "trimmed-mean, median and geometric-median bound what a minority of workers can "
+        "do; mean trusts every worker.",
+    )
+    quarantine_after: int = setting(
+        3,
+        "Quarantine a worker after N strikes (a result left out for its norm or its "
+        "direction): disconnected, refused, listed in summary.json (0: never).",
+        low=0,
+        high=10**6,
+    )
     serve: str | None = setting(
         None,
         "What the shepherd compiles for, as BACKEND or BACKEND:ARCH entries, e.g. "

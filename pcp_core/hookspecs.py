@@ -13,6 +13,7 @@ import pluggy
 if TYPE_CHECKING:  # types only: importing this module must stay instant
     import typer
 
+    from pcp_core.aggregators import Aggregator
     from pcp_core.algorithms import Algorithm
     from pcp_core.backends import Backend
     from pcp_core.codecs import Codec
@@ -48,6 +49,12 @@ def pcp_register_transports(register: "Callable[[Transport], None]") -> None:
 @hookspec
 def pcp_register_codecs(register: "Callable[[Codec], None]") -> None:
     """Register `pcp_core.codecs.Codec` objects (how tensors cross the link as bytes)."""
+
+
+@hookspec
+def pcp_register_aggregators(register: "Callable[[Aggregator], None]") -> None:
+    """Register `pcp_core.aggregators.Aggregator` objects (how the shepherd merges a
+    round's pseudo-gradients)."""
 
 
 @hookspec

@@ -20,6 +20,7 @@ from pcp_core import PLUGIN_API, __version__, builtin, hookspecs
 from pcp_core.registry import Registry
 
 if TYPE_CHECKING:  # types only: plugin discovery must not import what it finds
+    from pcp_core.aggregators import Aggregator
     from pcp_core.algorithms import Algorithm
     from pcp_core.backends import Backend
     from pcp_core.codecs import Codec
@@ -41,6 +42,7 @@ REGISTRY_HOOKS: dict[str, str] = {
     "optimizer": "pcp_register_optimizers",
     "transport": "pcp_register_transports",
     "codec": "pcp_register_codecs",
+    "aggregator": "pcp_register_aggregators",
     "algorithm": "pcp_register_algorithms",
     "model": "pcp_register_models",
     "dataset": "pcp_register_datasets",
@@ -201,6 +203,9 @@ class PluginHost:
 
     def codec(self, name: str) -> "Codec":
         return self.registries["codec"].get(name)
+
+    def aggregator(self, name: str) -> "Aggregator":
+        return self.registries["aggregator"].get(name)
 
     def algorithm(self, name: str) -> "Algorithm":
         return self.registries["algorithm"].get(name)

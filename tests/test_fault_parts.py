@@ -12,6 +12,7 @@ import pytest
 
 from pcp_core.program import checkpoint
 from pcp_core.program.build import TensorSpec
+from pcp_core.shepherd.accountability import Accountability
 from pcp_core.shepherd.aggregation import (
     BadResult,
     DeltaSink,
@@ -89,6 +90,7 @@ def test_a_result_refused_for_its_norm_still_reports_its_speed() -> None:
         excluded={},
         assignments={i: Assignment(1, 10, 0, 1, 0) for i in range(3)},
         status=RunStatus(log_progress=False),
+        accountability=Accountability(),
     )
     links = [
         SimpleNamespace(

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from pcp_core.codecs import Codec, CodecError, decode_tensor
+from pcp_core.codecs import Codec, CodecError, decode_tensor, max_encoded_bytes
 from pcp_core.parallel import pieces
 from pcp_core.program.build import TensorSpec
 from pcp_core.wire.messages import Result
@@ -177,7 +177,7 @@ class DeltaSink:
                     f"expected {spec.name} {spec.shape}"
                 )
             return self.arrays[index]
-        limit = 1 + self.codec.max_bytes(int(np.prod(spec.shape, dtype=np.int64)))
+        limit = max_encoded_bytes(self.codec, spec.shape)
         if header.dtype != "uint8" or len(header.shape) != 1 or header.shape[0] > limit:
             raise MalformedDelta(
                 f"tensor {header.name} is {header.dtype} {header.shape}, not a {self.codec.name} "
@@ -272,11 +272,15 @@ class RunningSum:
             total.fill(0)
 
     def add(
-        self, arrays: list[np.ndarray], indices: Sequence[int] | None = None, weight: int = 1
+        self,
+        arrays: list[np.ndarray],
+        indices: Sequence[int] | None = None,
+        weight: int = 1,
+        worker: int = -1,
     ) -> None:
         """Add a delta holding the parameters `indices` (None: all of them), `weight`
         times (an integer: a float32 times it is exact in float64); the other
-        parameters' sums stay as they are."""
+        parameters' sums stay as they are. The sum does not ask who sent it."""
         if indices is None:
             indices = range(len(self.sums))
         if weight < 1:
@@ -298,3 +302,25 @@ class RunningSum:
             self.sums,
             means,
         )
+
+
+class HeldResults:
+    """The accepted deltas of a round, each copied out of its staging buffer, for an
+    aggregator that needs them all at once (`pcp_core.aggregators`): one copy of the
+    round's parameters a worker."""
+
+    def __init__(self) -> None:
+        self.deltas: dict[int, list[np.ndarray]] = {}
+        self.weights: dict[int, int] = {}
+        self._lock = threading.Lock()
+
+    def add(
+        self,
+        arrays: list[np.ndarray],
+        indices: Sequence[int] | None = None,
+        weight: int = 1,
+        worker: int = -1,
+    ) -> None:
+        copies = [np.array(array, copy=True) for array in arrays]
+        with self._lock:
+            self.deltas[worker], self.weights[worker] = copies, weight

@@ -18,6 +18,7 @@ from pcp_core.backends import DeviceChoice, device_label, multi_device
 from pcp_core.config import ConfigError, RunConfig
 from pcp_core.iree.malloc import retaining_env
 from pcp_core.program.training import TrainingSetup
+from pcp_core.shepherd.accountability import Accountability, Policy
 from pcp_core.shepherd.admission import Admission
 from pcp_core.shepherd.local_workers import LocalWorkers
 from pcp_core.shepherd.session import Limits, Shepherd
@@ -225,7 +226,10 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: RunSettings) -> It
         round_timeout_s=config.shepherd.round_timeout,
         join_timeout_s=config.shepherd.join_timeout,
     )
-    node = Shepherd(admission, limits)
+    accountability = Accountability(Policy(quarantine_after=config.shepherd.quarantine_after))
+    node = Shepherd(
+        admission, limits, ctx.plugins.aggregator(config.shepherd.aggregator), accountability
+    )
     node.start()
     log.info(
         "shepherd listening",

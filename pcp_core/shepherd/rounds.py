@@ -33,11 +33,13 @@ from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from contextlib import nullcontext
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 import structlog
 
 from pcp_core.codecs import Codec
+from pcp_core.shepherd.accountability import Accountability, Score, norm_ratios
 from pcp_core.shepherd.admission import WorkerLink
 from pcp_core.shepherd.aggregation import (
     BadResult,
@@ -46,7 +48,6 @@ from pcp_core.shepherd.aggregation import (
     MalformedDelta,
     NonFinite,
     NormBound,
-    RunningSum,
     StagingPool,
     check_delta,
     check_result,
@@ -71,6 +72,9 @@ class RoundOutcome:
     reported: dict[int, Result] = field(default_factory=dict)
     senders: dict[int, str] = field(default_factory=dict)  # their worker names, by index
     rejected: dict[int, str] = field(default_factory=dict)  # worker index -> why
+    # how much each accepted result counted in the merge, where the aggregator says (0-1)
+    shares: dict[int, float] = field(default_factory=dict)
+    cosines: dict[int, float] = field(default_factory=dict)  # each result's with the merge
     non_finite: set[int] = field(default_factory=set)  # rejected for NaN or Inf
     lost: list[WorkerLink] = field(default_factory=list)  # disconnected: dead, late, broken
     bytes_sent: int = 0
@@ -98,6 +102,14 @@ class Scope:
     refreshed: tuple[int, ...] | None = None
 
 
+class Collector(Protocol):
+    """Where the accepted deltas go: a running sum, or copies held for the aggregator."""
+
+    def add(
+        self, arrays: list[np.ndarray], indices: tuple[int, ...], weight: int, worker: int
+    ) -> None: ...
+
+
 @dataclass
 class RoundPlan:
     round: int
@@ -116,6 +128,8 @@ class RoundPlan:
     # how much an accepted result counts in the round's mean (a positive integer)
     weigh: Callable[[Result], int] = lambda result: 1
     pushed: bool = False  # each Delta follows its Result unasked (RunSettings.pushes)
+    # scores each result's norm against the round's median before its tensors are fetched
+    accountability: Accountability = field(default_factory=Accountability)
 
 
 @dataclass
@@ -130,7 +144,7 @@ class Pushed:
 def run_attempt(
     plan: RoundPlan,
     links: list[WorkerLink],
-    total: RunningSum,
+    total: Collector,
     staging: StagingPool,
     bound: NormBound,
 ) -> RoundOutcome:
@@ -262,10 +276,16 @@ def _check_reports(
             fine.append((link, result, pushed))
         except BadResult as error:
             _refuse(link, plan, error, outcome)
-    limit = bound.limit([step_norm(result) for _, result, _ in fine])
+    norms = [step_norm(result) for _, result, _ in fine]
+    limit = bound.limit(norms)
+    names = [link.hello.worker_name for link, _, _ in fine]
+    scores = [Score(norm_ratio=ratio) for ratio in norm_ratios(norms)] if norms else []
+    struck = plan.accountability.judge(plan.round, names, scores)
     accepted = []
-    for link, result, pushed in fine:
+    for (link, result, pushed), name in zip(fine, names, strict=True):
         try:
+            if name in struck:
+                raise BadResult(struck[name])
             bound.check(step_norm(result), limit)
             accepted.append((link, result, pushed))
         except BadResult as error:
@@ -301,7 +321,7 @@ def _refuse(link: WorkerLink, plan: RoundPlan, error: BadResult, outcome: RoundO
 def _fetch(
     plan: RoundPlan,
     accepted: list[Report],
-    total: RunningSum,
+    total: Collector,
     staging: StagingPool,
     outcome: RoundOutcome,
 ) -> None:
@@ -330,7 +350,7 @@ def _fetch(
             except BadResult as error:
                 _refuse(link, plan, error, outcome)
                 return
-            total.add(arrays, plan.returned, plan.weigh(result))
+            total.add(arrays, plan.returned, plan.weigh(result), link.index)
         with counting:
             outcome.delta_raw_bytes += sum(array.nbytes for array in arrays)
             outcome.delta_bytes += sink.received_bytes

@@ -25,9 +25,17 @@ from typing import Any
 import numpy as np
 import structlog
 
+from pcp_core.aggregators import MEAN, Aggregator, Combiner
 from pcp_core.codecs import on_the_wire
+from pcp_core.shepherd.accountability import Accountability, Score, cosines
 from pcp_core.shepherd.admission import Admission, WorkerLink
-from pcp_core.shepherd.aggregation import NormBound, RunningSum, StagingPool, step_norm
+from pcp_core.shepherd.aggregation import (
+    HeldResults,
+    NormBound,
+    RunningSum,
+    StagingPool,
+    step_norm,
+)
 from pcp_core.shepherd.rounds import (
     DEADLINE_FACTOR,
     RoundOutcome,
@@ -44,6 +52,7 @@ log = structlog.get_logger(__name__)
 ATTEMPTS = 3  # attempts in a row that lose no worker yet miss the quorum: the run fails
 DEADLINE_HISTORY = 5  # rounds whose duration sets the next deadline
 STOP_DRAIN_S = 5.0  # how long stopped workers have to close their ends
+LOG_SHARE_BELOW = 0.5  # a result that counted less than this in its merge is logged
 
 
 class RoundFailed(RuntimeError):
@@ -68,6 +77,8 @@ class Limits:
 class Shepherd:
     admission: Admission
     limits: Limits = field(default_factory=Limits)
+    aggregator: Aggregator = MEAN
+    accountability: Accountability = field(default_factory=Accountability)
     links: dict[int, WorkerLink] = field(default_factory=dict)
     still_coming: Callable[[], bool] = lambda: True  # may more workers still join?
     _durations: deque[float] = field(default_factory=lambda: deque(maxlen=DEADLINE_HISTORY))
@@ -79,7 +90,16 @@ class Shepherd:
     _sender: Downlink | None = None  # the global parameters as the workers hold them
     _sums: list[np.ndarray] = field(default_factory=list)  # a round's, float64
     _bound_of_last: NormBound = field(default_factory=NormBound)  # the last round's
+    _combiner: Combiner | None = None
+    _combiner_before: dict[str, np.ndarray] = field(default_factory=dict)  # the last round's
     _stop_reason: str = "done"
+
+    @property
+    def combiner(self) -> Combiner:
+        """The run's aggregator (`--aggregator`), made once; its state is checkpointed."""
+        if self._combiner is None:
+            self._combiner = self.aggregator.create()
+        return self._combiner
 
     @property
     def setup_bytes(self) -> int:
@@ -126,13 +146,16 @@ class Shepherd:
                     "a worker of that name is already connected; refusing the newcomer",
                     worker=link.label,
                 )
-                with contextlib.suppress(TransportError, OSError):
-                    link.conn.send(Stop(f"a worker named {link.hello.worker_name} is connected"))
-                link.conn.close()
-                self.admission.status.worker_state(link.index, "dead")
-                self.admission.release_index(link.index)
+                self._turn_away(link, f"a worker named {link.hello.worker_name} is connected")
                 return
         self.links[link.index] = link
+
+    def _turn_away(self, link: WorkerLink, reason: str) -> None:
+        with contextlib.suppress(TransportError, OSError):
+            link.conn.send(Stop(reason))
+        link.conn.close()
+        self.admission.status.worker_state(link.index, "dead")
+        self.admission.release_index(link.index)
 
     def wait_for_workers(self, count: int, timeout_s: float | None = None) -> None:
         """Block until `count` workers are connected (and have their program).
@@ -200,6 +223,7 @@ class Shepherd:
         bound = self._bounds.setdefault(scope.key, NormBound())
         if self._staging is None:
             self._staging = StagingPool(specs)
+        if self.aggregator.streams and not self._sums:
             self._sums = [np.zeros(spec.shape, np.float64) for spec in specs]
         attempt, refused_only = first_attempt, 0
         while True:
@@ -223,17 +247,25 @@ class Shepherd:
                 self._deadline(max(a.budget_s for a in assignments.values())),
                 self.limits.worker_timeout_s,
                 self.admission.status,
-                dict(excluded or {}),
+                {**(excluded or {}), **self._quarantine_reasons()},
                 on_the_wire(self.admission.settings.codec),
                 weigh,
                 self.admission.settings.pushes,
+                self.accountability,
             )
-            total = RunningSum(self._sums)
+            total = RunningSum(self._sums) if self.aggregator.streams else HeldResults()
             outcome = run_attempt(plan, links, total, self._staging, bound)
             for link in outcome.lost:
                 self._drop(link)
+            merged = [delta_mean[i] for i in plan.returned]
+            if isinstance(total, HeldResults) and outcome.results:
+                self._merge(plan, outcome, total, merged, scope.key)
+            self._stop_quarantined()
             if len(outcome.results) >= self.limits.min_workers:
-                total.mean_into(delta_mean)
+                if isinstance(total, RunningSum):
+                    total.mean_into(delta_mean)
+                self._combiner_before = {k: v.copy() for k, v in self.combiner.state().items()}
+                self.combiner.accept(scope.key, merged)
                 self._durations.append(outcome.report_s)
                 bound.remember([step_norm(r) for r in outcome.results.values()])
                 self._bound_of_last = bound
@@ -269,11 +301,67 @@ class Shepherd:
             )
             attempt += 1
 
+    def _merge(
+        self,
+        plan: RoundPlan,
+        outcome: RoundOutcome,
+        held: HeldResults,
+        merged: list[np.ndarray],
+        key: int,
+    ) -> None:
+        """Combine the held results into `merged`, score each against it
+        (`pcp_core.shepherd.accountability`), and combine again without the ones struck."""
+        order = sorted(outcome.results)
+        deltas = [held.deltas[w] for w in order]
+        self.combiner.combine(key, deltas, [held.weights[w] for w in order], merged)
+        names = [outcome.senders[w] for w in order]
+        found = cosines(deltas, merged)
+        outcome.cosines = {w: round(c, 4) for w, c in zip(order, found, strict=True)}
+        struck = self.accountability.judge(plan.round, names, [Score(cosine=c) for c in found])
+        for worker, name in zip(order, names, strict=True):
+            if name in struck:
+                link = self.links.get(worker)
+                label = link.label if link is not None else name
+                log.warning("result left out", worker=label, round=plan.round, reason=struck[name])
+                outcome.rejected[worker] = struck[name]
+                del outcome.results[worker], outcome.senders[worker]
+        order = sorted(outcome.results)
+        if not order:
+            return
+        deltas = [held.deltas[w] for w in order]
+        shares = self.combiner.combine(key, deltas, [held.weights[w] for w in order], merged)
+        for worker, share in zip(order, shares or (), strict=False):
+            outcome.shares[worker] = share
+            if share < LOG_SHARE_BELOW:
+                log.warning(
+                    "result down-weighted",
+                    worker=outcome.senders[worker],
+                    round=plan.round,
+                    counted=round(share, 3),
+                    reason=f"far from the others: counted at {share:.0%} ({self.aggregator.name})",
+                )
+
+    def _quarantine_reasons(self) -> dict[str, str]:
+        return {
+            name: f"quarantined: {why}" for name, why in self.accountability.quarantined.items()
+        }
+
+    def _stop_quarantined(self) -> None:
+        """Disconnect the connected workers that are quarantined now."""
+        for link in list(self.links.values()):
+            reason = self.accountability.is_quarantined(link.hello.worker_name)
+            if reason:
+                log.warning("disconnecting a quarantined worker", worker=link.label)
+                self._turn_away(link, reason)
+                del self.links[link.index]
+
     def rolled_back(self) -> None:
         """The last round's outer step was undone: its norms are no reference for later
-        rounds' (they may hold the very outlier that caused it), and no worker holds the
-        global parameters the round is run again from."""
+        rounds' (they may hold the very outlier that caused it), the aggregator goes back
+        to its state before it, and no worker holds the global parameters the round is
+        run again from."""
         self._bound_of_last.forget_last()
+        self.combiner.load_state(self._combiner_before)
         self._current = []
 
     def _wait_for_quorum(self, round_index: int) -> None:

@@ -134,9 +134,9 @@ def run(ctx: RunContext) -> dict[str, Any]:
     outer = ctx.plugins.optimizer(diloco.outer_optimizer)
     if getattr(outer, "role", None) != "outer":
         raise ConfigError(f"optimizer {diloco.outer_optimizer!r} is not an outer optimizer")
-    ctx.plugins.transport(
-        config.shepherd.transport
-    )  # fail on an unknown transport before compiling
+    # fail on an unknown transport or aggregator before compiling
+    ctx.plugins.transport(config.shepherd.transport)
+    ctx.plugins.aggregator(config.shepherd.aggregator)
     trainers = config.local_worker_backends() if ctx.local_workers else []
     setup = prepare(config, ctx.plugins, trainers=trainers, shepherd=True)
     # said once the settings are known good: a bad one is a one-line error
@@ -154,9 +154,9 @@ def run(ctx: RunContext) -> dict[str, Any]:
         [[params[i] for i in indices] for indices in fragments],
         lambda part: outer.create(OuterSettings(diloco.outer_lr, diloco.outer_momentum), part),
     )
-    state, held = RunState(run_id=uuid.uuid4().hex), {}
+    state, held, judged = RunState(run_id=uuid.uuid4().hex), {}, Judged({}, {})
     if ctx.resume:
-        state, held = resume(ctx, setup, params, outer_step)
+        state, held, judged = resume(ctx, setup, params, outer_step)
         if not state.goes_on(diloco.round_steps, config.steps):
             raise ConfigError(
                 f"the run in {ctx.run_dir} has finished its {config.steps} steps; "
@@ -196,6 +196,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
     with distributed.shepherd(ctx, setup, settings) as shepherd:
         status.set_state("waiting for workers", workers=config.shepherd.workers)
         shepherd.downlink().load_state(held)  # a resumed run's workers: the copy they held
+        shepherd.combiner.load_state(judged.aggregator)
+        shepherd.accountability.load_state(judged.accountability)
         shepherd.wait_for_workers(config.shepherd.workers, config.shepherd.join_timeout)
         utilisation = Utilisation(config.shepherd.workers)
         ctx.progress.start(config.steps, f"diloco on {config.shepherd.workers} workers")
@@ -267,6 +269,13 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 # accepted results computed before their Assignment reached the worker
                 "ahead": sum(result.ahead for result in outcome.results.values()),
                 "rejected": {str(w): why for w, why in sorted(outcome.rejected.items())},
+                "cosines": {str(w): c for w, c in sorted(outcome.cosines.items())},
+                # results the aggregator counted less than in full (0-1)
+                "down_weighted": {
+                    str(w): round(share, 4)
+                    for w, share in sorted(outcome.shares.items())
+                    if share < 1
+                },
                 "tokens": state.tokens,
                 "elapsed_s": round(ctx.metrics.elapsed(), 4),
                 "bytes_sent": outcome.bytes_sent,
@@ -292,11 +301,16 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 # parameters are: the next round changes them while this one is written
                 extra = {name: array.copy() for name, array in outer_step.state().items()}
                 extra |= shepherd.downlink().state()
+                extra |= {
+                    AGGREGATOR_PREFIX + name: array.copy()
+                    for name, array in shepherd.combiner.state().items()
+                }
+                metadata = state.metadata() | {"accountability": shepherd.accountability.state()}
                 checkpoints.submit(
                     functools.partial(
                         setup.save_checkpoint,
                         *(ctx.run_dir, [p.copy() for p in params], step),
-                        *(extra, state.metadata()),
+                        *(extra, metadata),
                     )
                 )
             record |= utilisation.round(outcome.results)
@@ -321,9 +335,23 @@ def run(ctx: RunContext) -> dict[str, Any]:
         "setup_bytes": shepherd.setup_bytes,
         **shepherd.shards_served(),
         "model_bytes": int(sum(p.nbytes for p in params)),
+        "aggregator": config.shepherd.aggregator,
+        "strikes": dict(shepherd.accountability.strikes),
+        "quarantined": dict(shepherd.accountability.quarantined),
         "shepherd_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         **utilisation.summary(),
     }
+
+
+AGGREGATOR_PREFIX = "aggregator."  # the aggregator's state in a checkpoint
+
+
+@dataclass
+class Judged:
+    """What a checkpoint keeps of the aggregator and of the workers' strikes."""
+
+    aggregator: dict[str, np.ndarray]
+    accountability: dict[str, Any]
 
 
 @dataclass
@@ -355,10 +383,11 @@ class RunState:
 
 def resume(
     ctx: RunContext, setup: Any, params: list[np.ndarray], outer_step: Any
-) -> tuple[RunState, dict[str, np.ndarray]]:
+) -> tuple[RunState, dict[str, np.ndarray], Judged]:
     """Load the last intact checkpoint of the run directory into `params` and the outer
     optimizer; drop the metrics of rounds after it (they are run again). Returns where
-    the run is and the copy of the parameters the workers held (`Downlink.load_state`)."""
+    the run is, the copy of the parameters the workers held (`Downlink.load_state`) and
+    the aggregator's and the strikes' state."""
     tensors, metadata = checkpoint.load_latest(ctx.run_dir / "checkpoint.safetensors")
     if "diloco" not in metadata:
         raise checkpoint.CheckpointError(
@@ -368,8 +397,14 @@ def resume(
     for name, array in zip(setup.param_names(), params, strict=True):
         array[...] = tensors[name]
     held = {k: v for k, v in tensors.items() if k.startswith(HELD_PREFIX)}
-    names = set(setup.param_names()) | set(held)
+    aggregator = {
+        k.removeprefix(AGGREGATOR_PREFIX): v
+        for k, v in tensors.items()
+        if k.startswith(AGGREGATOR_PREFIX)
+    }
+    names = set(setup.param_names()) | set(held) | {AGGREGATOR_PREFIX + k for k in aggregator}
     outer_step.load_state({k: v for k, v in tensors.items() if k not in names})
     ctx.metrics.keep_only(lambda record: record.get("round", -1) < state.next_round)
     log.info("resuming", run_dir=str(ctx.run_dir), round=state.next_round)
-    return state, held
+    judged = Judged(aggregator, json.loads(metadata.get("accountability", "{}")))
+    return state, held, judged

@@ -1,0 +1,127 @@
+"""Who sent what: each accepted result scored against the round's merge, strikes, and
+quarantine.
+
+A robust aggregator bounds what one result can do to a round; it does not say who sent
+the bad one, nor stop them from trying every round. So after each round's merge every
+result gets a score against what attackers do not control (the robust merge of the same
+round, never a window of past results a patient minority fills):
+
+- its cosine with the merge (a sign flipped, a random direction or a stale result point
+  elsewhere), and
+- its norm over its inner steps^0.75 (`step_norm`) against the round's median of those.
+
+A result whose cosine is below `min_cosine` or whose ratio is over `max_norm_ratio` is a
+strike: it is left out of the round (the merge is made again without it, and its losses
+do not count), and the shepherd logs one line naming the worker and why. A worker with
+`quarantine_after` strikes is quarantined: disconnected, refused when it comes back, and
+listed in summary.json. With the `mean` aggregator, which holds no results, only the norm
+is scored. Strikes and quarantines are checkpointed (`state`), so a resumed run keeps them.
+"""
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import structlog
+
+from pcp_core.aggregators import Delta
+from pcp_core.parallel import pieces
+
+log = structlog.get_logger(__name__)
+
+MIN_COSINE = 0.0
+MAX_NORM_RATIO = 4.0
+QUARANTINE_AFTER = 3
+
+
+@dataclass(frozen=True)
+class Policy:
+    min_cosine: float = MIN_COSINE
+    max_norm_ratio: float = MAX_NORM_RATIO
+    quarantine_after: int = QUARANTINE_AFTER  # 0: never
+
+
+@dataclass(frozen=True)
+class Score:
+    cosine: float = math.nan  # with the round's merge (nan: not scored)
+    norm_ratio: float = math.nan  # its step norm over the round's median (nan: not scored)
+
+    def problem(self, policy: Policy) -> str | None:
+        """Why this result is a strike, or None."""
+        if self.cosine < policy.min_cosine:
+            return f"cosine with the round's merge {self.cosine:.3f} < {policy.min_cosine:g}"
+        if self.norm_ratio > policy.max_norm_ratio:
+            return (
+                f"norm {self.norm_ratio:.3g}x the round's median (at most "
+                f"{policy.max_norm_ratio:g}x)"
+            )
+        return None
+
+
+def cosines(deltas: Sequence[Delta], merged: Delta) -> list[float]:
+    """Each delta's cosine with `merged`, in float64 (0 where either is zero)."""
+
+    def products(base: np.ndarray, *parts: np.ndarray) -> np.ndarray:
+        wide = base.astype(np.float64)
+        rows = [
+            (np.dot(p.astype(np.float64), wide), np.dot(p, p.astype(np.float64))) for p in parts
+        ]
+        return np.array([*rows, (np.dot(wide, wide), 0.0)])
+
+    found = pieces(products, merged, *deltas)
+    if not found:
+        return [0.0] * len(deltas)
+    sums = np.sum(found, axis=0)
+    own = math.sqrt(sums[-1][0])
+    return [
+        float(dot / (own * math.sqrt(square))) if own and square else 0.0
+        for dot, square in sums[:-1]
+    ]
+
+
+def norm_ratios(step_norms: Sequence[float]) -> list[float]:
+    """Each step norm over the median of all (a minority of huge or tiny ones moves the
+    median only as far as the nearest honest values)."""
+    middle = statistics.median(step_norms)
+    return [n / middle if middle > 0 else (math.inf if n > 0 else 1.0) for n in step_norms]
+
+
+@dataclass
+class Accountability:
+    policy: Policy = field(default_factory=Policy)
+    strikes: dict[str, int] = field(default_factory=dict)
+    quarantined: dict[str, str] = field(default_factory=dict)  # worker name -> why
+
+    def judge(
+        self, round_index: int, names: Sequence[str], scores: Sequence[Score]
+    ) -> dict[str, str]:
+        """The strikes of a round's results: worker name -> why (the caller logs it, as
+        it leaves the result out). A worker quarantined by them is logged here."""
+        struck = {}
+        for name, score in zip(names, scores, strict=True):
+            problem = score.problem(self.policy)
+            if problem is None:
+                continue
+            self.strikes[name] = count = self.strikes.get(name, 0) + 1
+            struck[name] = f"{problem} (strike {count})"
+            after = self.policy.quarantine_after
+            if after and count >= after and name not in self.quarantined:
+                self.quarantined[name] = (
+                    f"{count} strikes, the last in round {round_index}: {problem}"
+                )
+                log.warning("worker quarantined", worker=name, round=round_index, strikes=count)
+        return struck
+
+    def is_quarantined(self, name: str) -> str | None:
+        reason = self.quarantined.get(name)
+        return None if reason is None else f"quarantined: {reason}"
+
+    def state(self) -> dict[str, Any]:
+        return {"strikes": dict(self.strikes), "quarantined": dict(self.quarantined)}
+
+    def load_state(self, state: Mapping[str, Any]) -> None:
+        self.strikes = dict(state.get("strikes", {}))
+        self.quarantined = dict(state.get("quarantined", {}))
