@@ -14,6 +14,7 @@ from pcp_core.backends import Backend
 from pcp_core.shepherd import admission
 from pcp_core.shepherd.admission import Admission
 from pcp_core.shepherd.builds import Builds
+from pcp_core.wire.auth import SharedSecret
 
 
 class FakeRuntime:
@@ -35,7 +36,7 @@ def backend(name: str, build: Any = None) -> Backend:
 
 def make_admission(serves: tuple[str, ...] = ()) -> Admission:
     setup = SimpleNamespace(program=SimpleNamespace(stablehlo="module {}"))
-    return Admission(setup, None, b"secret", None, {}, 1.0, serves=serves)  # type: ignore[arg-type]
+    return Admission(setup, None, SharedSecret(b"secret"), None, {}, 1.0, serves=serves)  # type: ignore[arg-type]
 
 
 def test_compiles_of_other_kinds_do_not_wait_and_one_kind_compiles_once() -> None:

@@ -11,6 +11,7 @@ from pcp_core.cli.cache import cache_app
 from pcp_core.cli.common import LOG_FORMATS, configure_logging, fail
 from pcp_core.cli.data import data_app
 from pcp_core.cli.plot import plot
+from pcp_core.cli.token import token_app
 from pcp_core.config_file import declared_settings
 
 app = typer.Typer(
@@ -45,6 +46,7 @@ info.register(app)
 launch.register(app)
 app.add_typer(data_app, name="data")
 app.add_typer(cache_app, name="cache")
+app.add_typer(token_app, name="token")
 app.command("plot")(plot)
 
 

@@ -37,7 +37,16 @@ def worker(
         "device). The shepherd sees one worker and gets one result a round.",
     ),
     token_file: Optional[Path] = typer.Option(  # noqa: UP045
-        None, "--token-file", help="File holding the shared secret (else $PCP_TOKEN)."
+        None,
+        "--token-file",
+        help="File holding the secret shared by every worker (else $PCP_TOKEN): for a "
+        "trusted cluster.",
+    ),
+    credential: Optional[Path] = typer.Option(  # noqa: UP045
+        None,
+        "--credential",
+        help="This worker's own credential (`pcp token issue NAME` on the shepherd's "
+        "machine): it joins under that name, and can be revoked alone.",
     ),
     transport: str = typer.Option("capnp-tcp", "--transport", help="Transport to the shepherd."),
     tls_ca: Optional[Path] = typer.Option(  # noqa: UP045
@@ -101,10 +110,10 @@ def worker(
     if backend == "auto":
         backend = auto_backend_here()
     # imported here, not at the top: keeps `pcp --help` fast
-    from pcp_core.wire.auth import AuthError, load_secret
+    from pcp_core.wire.auth import AuthError
 
     try:  # before the supervisor starts: a restart cannot fix these
-        load_secret(token_file)
+        worker_key(token_file, credential)
     except AuthError as error:
         fail(str(error))
     if tls_ca is not None and not tls_ca.is_file():
@@ -135,13 +144,16 @@ def worker(
         if chosen is None:
             chosen = device_of_rank(backend)
         try:
+            secret, name, serial = worker_key(token_file, credential)
             options = worker_runtime.WorkerOptions(
                 host=host.strip("[]"),
                 port=int(port),
                 backend=backend,
                 target=target,
                 device=chosen,
-                secret=load_secret(token_file),
+                secret=secret,
+                name=name,
+                credential=serial,
                 transport=transport,
                 transport_options=TransportOptions(timeout_s=timeout, tls_ca=tls_ca),
                 state_dir=state_dir or default_state_dir(host, port, backend, chosen),
@@ -157,6 +169,20 @@ def worker(
             fail(f"lost the shepherd: {error}", code=exit_codes.UNREACHABLE)
 
     run_or_explain(body)
+
+
+def worker_key(token_file: Path | None, credential: Path | None) -> tuple[bytes | None, str, str]:
+    """The secret to prove, the name to join under ("": the host and pid) and the
+    credential's serial ("": a shared secret); AuthError for a bad or missing file."""
+    from pcp_core.wire.auth import AuthError, load_secret
+    from pcp_core.wire.credentials import load_credential
+
+    if credential is not None:
+        if token_file is not None:
+            raise AuthError("--credential and --token-file: give one of them")
+        own = load_credential(credential)
+        return own.secret, own.name, own.serial
+    return load_secret(token_file), "", ""
 
 
 def chosen_devices(backend_name: str, devices: str) -> tuple[int, ...]:

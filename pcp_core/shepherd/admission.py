@@ -82,7 +82,7 @@ class WorkerLink:
 class Admission:
     setup: TrainingSetup
     listener: Listener
-    secret: bytes
+    keys: auth.Keys  # a shared secret, or per-worker credentials
     plugins: Any
     settings: RunSettings  # what every worker is told about the run
     heartbeat_s: float
@@ -196,16 +196,24 @@ class Admission:
         if not isinstance(hello, Hello):
             self._refuse(conn, f"expected Hello, got {type(hello).__name__}")
             return None
+        try:
+            secret = self.keys.secret_for(hello.worker_name, hello.credential)
+        except auth.AuthError as error:
+            self._refuse(conn, f"authentication failed: {error}")
+            return None
         challenge = auth.nonce()
         conn.send(Challenge(challenge))
         proof = conn.receive(max_frame_bytes=PRE_AUTH_FRAME_BYTES)
         if not isinstance(proof, Proof) or not auth.matches(
-            auth.worker_proof(self.secret, challenge, proof.nonce), proof.mac
+            auth.worker_proof(secret, challenge, proof.nonce), proof.mac
         ):
-            self._refuse(conn, "authentication failed: wrong or missing shared secret")
+            self._refuse(conn, "authentication failed: wrong or missing secret")
             return None
         deadline.cancel()
         self._proven(conn)
+        if revoked := self.keys.refusal(hello.worker_name, hello.credential):
+            self._refuse(conn, revoked)
+            return None
         try:
             backend: Backend = self.plugins.backend(hello.backend)
             backend.check_precision(self.setup.config.precision)
@@ -223,9 +231,9 @@ class Admission:
         index = self._reserve_index(hello.previous_index)
         with self._index_lock:
             self._welcomed.add(id(conn))
-        mac = auth.shepherd_proof(self.secret, challenge, proof.nonce)
+        mac = auth.shepherd_proof(secret, challenge, proof.nonce)
         welcome = Welcome(index, mac, self.heartbeat_s)
-        keys = session_keys(self.secret, challenge, proof.nonce, hello, welcome)
+        keys = session_keys(secret, challenge, proof.nonce, hello, welcome)
         live = LiveConnection(
             SealedConnection(conn, keys.shepherd_to_worker, keys.worker_to_shepherd)
         )

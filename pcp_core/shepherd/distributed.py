@@ -48,7 +48,7 @@ class Endpoint:
     """A shepherd's secret and bound listener, opened before any heavy work so that a
     missing secret, a busy port or a bad TLS file stops the run at once."""
 
-    secret: bytes | None  # None: one is generated for loopback workers (`shepherd`)
+    keys: auth.Keys | None  # None: a secret is generated for loopback workers (`shepherd`)
     listener: Listener
 
     def close(self) -> None:
@@ -70,14 +70,12 @@ def open_endpoint(config: RunConfig, plugins: Any, local_workers: bool) -> Endpo
         if path is not None and not Path(path).is_file():
             raise ConfigError(f"{flag} {path}: no such file")
     options = listener_options(config)
-    try:
-        secret = auth.load_secret(net.token_file)
-    except auth.AuthError as error:
-        raise ConfigError(str(error)) from None
-    if secret is None and not auth.is_loopback(net.host):
+    keys = shepherd_keys(config, local_workers)
+    if keys is None and not auth.is_loopback(net.host):
         raise ConfigError(
-            f"refusing to listen on {net.host} without a shared secret: "
-            "pass --token-file FILE or set PCP_TOKEN"
+            f"refusing to listen on {net.host} without a secret: pass --issuer-key FILE "
+            "(a credential per worker: `pcp token issue`), or --token-file FILE or PCP_TOKEN "
+            "(one secret shared by trusted workers)"
         )
     port = net.port if net.port is not None else (0 if local_workers else DEFAULT_PORT)
     transport = plugins.transport(net.transport)
@@ -94,7 +92,28 @@ def open_endpoint(config: RunConfig, plugins: Any, local_workers: bool) -> Endpo
         # without the "(while attempting to bind on address ...)" socket.create_server adds
         why = (error.strerror or str(error)).split(" (while attempting")[0]
         raise ConfigError(f"cannot listen on {net.host}:{port}: {why or error}{hint}") from None
-    return Endpoint(secret, listener)
+    return Endpoint(keys, listener)
+
+
+def shepherd_keys(config: RunConfig, local_workers: bool) -> auth.Keys | None:
+    """Per-worker credentials under --issuer-key, else the shared secret, else None."""
+    net = config.shepherd
+    try:
+        if net.issuer_key is not None:
+            if net.token_file is not None:
+                raise ConfigError("--issuer-key and --token-file: give one of them")
+            if local_workers:
+                raise ConfigError(
+                    "--issuer-key: the workers `pcp train` starts share a secret of their "
+                    "own; give credentials to workers started with `pcp worker`"
+                )
+            from pcp_core.wire.credentials import IssuedKeys  # here: only shepherds need it
+
+            return IssuedKeys(net.issuer_key)
+        secret = auth.load_secret(net.token_file)
+    except auth.AuthError as error:
+        raise ConfigError(str(error)) from None
+    return None if secret is None else auth.SharedSecret(secret)
 
 
 def generated_secret(run_dir: Path, announce: bool) -> bytes:
@@ -208,12 +227,14 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: RunSettings) -> It
     # held every worker for 40 s (an xla shepherd on one core of an H200 machine)
     setup.evaluator.load()
     endpoint = ctx.endpoint or open_endpoint(config, ctx.plugins, ctx.local_workers)
-    secret = endpoint.secret or generated_secret(ctx.run_dir, announce=not ctx.local_workers)
+    keys = endpoint.keys or auth.SharedSecret(
+        generated_secret(ctx.run_dir, announce=not ctx.local_workers)
+    )
     listener = endpoint.listener
     admission = Admission(
         setup=setup,
         listener=listener,
-        secret=secret,
+        keys=keys,
         plugins=ctx.plugins,
         settings=settings,
         heartbeat_s=heartbeat_interval(config.shepherd.worker_timeout),
@@ -227,9 +248,9 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: RunSettings) -> It
         join_timeout_s=config.shepherd.join_timeout,
     )
     accountability = Accountability(Policy(quarantine_after=config.shepherd.quarantine_after))
-    node = Shepherd(
-        admission, limits, ctx.plugins.aggregator(config.shepherd.aggregator), accountability
-    )
+    scorer = setup.scoring_loss if config.shepherd.result_check == "loss" else None
+    aggregator = ctx.plugins.aggregator(config.shepherd.aggregator)
+    node = Shepherd(admission, limits, aggregator, accountability, scorer)
     node.start()
     log.info(
         "shepherd listening",
@@ -239,7 +260,9 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: RunSettings) -> It
     )
     workers: contextlib.AbstractContextManager = contextlib.nullcontext()
     if ctx.local_workers:
-        env = {**retaining_env(), auth.TOKEN_ENV: secret.decode()}
+        # shepherd_keys refuses --issuer-key with local workers: they share a secret
+        assert isinstance(keys, auth.SharedSecret)
+        env = {**retaining_env(), auth.TOKEN_ENV: keys.secret.decode()}
         backends, devices = config.local_worker_backends(), local_devices(config, ctx.plugins)
         commands = [
             worker_command(config, listener.address, backend, ctx.run_dir / f"worker-{i}", device)

@@ -12,7 +12,9 @@ import ipaddress
 import os
 import secrets
 import stat
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 TOKEN_ENV = "PCP_TOKEN"
 NONCE_BYTES = 32
@@ -71,6 +73,37 @@ def write_private(path: Path, data: bytes, mode: int = 0o600) -> None:
     with os.fdopen(descriptor, "wb") as file:
         os.fchmod(file.fileno(), mode)  # an existing file keeps its mode otherwise
         file.write(data)
+
+
+class Keys(Protocol):
+    """How a shepherd knows its workers: a secret for each joining (name, serial), and
+    the credentials revoked (`pcp_core.wire.credentials` for per-worker ones)."""
+
+    def secret_for(self, name: str, serial: str) -> bytes:
+        """The secret the worker must prove; AuthError where it has none."""
+
+    def refusal(self, name: str, serial: str) -> str | None:
+        """Why a worker that proved its secret may not join (revoked), or None."""
+
+    def revoked_now(self) -> set[tuple[str, str]]:
+        """The (name, serial) pairs revoked so far."""
+
+
+@dataclass(frozen=True)
+class SharedSecret:
+    """One secret for every worker: for a trusted cluster, where any holder may join under
+    any name and none can be shut out alone."""
+
+    secret: bytes
+
+    def secret_for(self, name: str, serial: str) -> bytes:
+        return self.secret
+
+    def refusal(self, name: str, serial: str) -> str | None:
+        return None
+
+    def revoked_now(self) -> set[tuple[str, str]]:
+        return set()
 
 
 def nonce() -> bytes:

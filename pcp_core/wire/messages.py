@@ -34,7 +34,8 @@ import numpy as np
 #     (Assignment.schedule_step)
 # 11: deltas may follow their Results unasked (RunSettings.push_deltas), and a Result may
 #     come before its Assignment (RunSettings.ahead, Result.ahead, Assignment.continues)
-# 12: an encoded tensor's framing carries its shape (pcp_core.codecs)
+# 12: an encoded tensor's framing carries its shape (pcp_core.codecs); a Hello names the
+#     worker's own credential (pcp_core.wire.credentials)
 PROTOCOL_VERSION = 12
 
 
@@ -52,6 +53,7 @@ class Hello:
     runtime: str  # JSON: what its backend's runtime reports (versions, platform)
     device: str = ""
     previous_index: int = -1  # the index it had before a restart (its state is for that)
+    credential: str = ""  # the serial of its own credential; "" under a shared secret
 
 
 @dataclass

@@ -73,6 +73,7 @@ class WorkerOptions:
     transport_options: TransportOptions  # timeout_s: how long the shepherd may be silent
     state_dir: Path
     name: str = ""
+    credential: str = ""  # the serial of its own credential (`secret` is then its secret)
     data: Path | None = None  # a prepared dataset on this machine (else shards are fetched)
     shard_cache: Path | None = None  # where fetched shards are kept (default: user cache)
     on_joined: Callable[[], None] | None = None  # called once joined, the program loaded
@@ -173,6 +174,7 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         json.dumps(backend.runtime.worker_report(backend)),
         device_label(options.device),
         store.previous_index(),
+        options.credential,
     )
     raw = transport.connect(options.host, options.port, options.transport_options)
     try:

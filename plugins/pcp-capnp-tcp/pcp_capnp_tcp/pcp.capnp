@@ -49,6 +49,7 @@ struct Hello {
   runtime @3 :Text;  # JSON
   device @4 :Text;
   previousIndex @5 :Int32;
+  credential @6 :Text;  # the serial of the worker's own credential; empty: a shared secret
 }
 
 struct Challenge {

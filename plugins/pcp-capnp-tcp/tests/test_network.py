@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 from pcp_capnp_tcp import connect, listen
 
+from pcp_core.wire.auth import SharedSecret
 from pcp_core.wire.messages import Assignment, Stop, Tensor
 from pcp_core.wire.transport import TransportError, TransportOptions
 
@@ -137,7 +138,7 @@ def test_a_failed_tls_handshake_is_one_line_in_the_shepherds_log(tls_dir) -> Non
     from pcp_core.shepherd.admission import Admission
 
     listener = listen("127.0.0.1", 0, mutual_tls(tls_dir, "a"))
-    admission = Admission(SimpleNamespace(), listener, b"secret", None, {}, 1.0)  # type: ignore[arg-type]
+    admission = Admission(SimpleNamespace(), listener, SharedSecret(b"secret"), None, {}, 1.0)  # type: ignore[arg-type]
     with capture_logs() as logs:
         admission.start()
         try:
