@@ -25,6 +25,7 @@ PRECISIONS = ("f32", "bf16")
 # (an exponent too many) is a one-line error instead of an overflow, a huge allocation or
 # a run with no end. Memory is checked separately, against the machine (pcp_core.program.resources).
 MAX_SECONDS = 7 * 24 * 3600.0
+MIN_SECONDS = 1.0  # the shortest timeout: below it a round or a heartbeat never completes
 MAX_STEPS = 10**9
 UPPER_BOUNDS: dict[str, float] = {
     "steps": MAX_STEPS,
@@ -251,15 +252,13 @@ class ShepherdSettings:
     worker_timeout: float = setting(
         30.0,
         "Seconds of silence after which a peer is declared dead (heartbeats every quarter).",
-        low=0,
-        low_open=True,
+        low=MIN_SECONDS,
         high=MAX_SECONDS,
     )
     round_timeout: float | None = setting(
         None,
         "A round's deadline in seconds (default: 3x recent rounds + --worker-timeout).",
-        low=0,
-        low_open=True,
+        low=MIN_SECONDS,
         high=MAX_SECONDS,
     )
     checkpoint_every: int = setting(
@@ -270,6 +269,13 @@ class ShepherdSettings:
         "How a round's results are merged (`pcp plugins` lists them): centered-clip, "
         "trimmed-mean, median and geometric-median bound what a minority of workers can "
         "do; mean trusts every worker.",
+    )
+    result_check: str = setting(
+        "loss",
+        "loss: score each result by the loss of the model it makes on training batches "
+        "drawn anew each round, and leave out those that gain far less than the others "
+        "(one evaluation of --eval-batches per result and round); none: no such check.",
+        choices=("loss", "none"),
     )
     quarantine_after: int = setting(
         3,
@@ -284,7 +290,17 @@ class ShepherdSettings:
         "cpu,cuda:sm_80 (default: any installed backend); other workers are refused.",
         check=_served_entries,
     )
-    token_file: Path | None = setting(None, "File holding the shared secret (else $PCP_TOKEN).")
+    token_file: Path | None = setting(
+        None,
+        "File holding the secret shared by every worker (else $PCP_TOKEN): for a trusted "
+        "cluster, where any holder joins under any name and none can be revoked alone.",
+    )
+    issuer_key: Path | None = setting(
+        None,
+        "Issuer key of per-worker credentials (`pcp token issue NAME`): each worker proves "
+        "its own, is named by it, and can be revoked while the run goes on "
+        "(`pcp token revoke NAME`).",
+    )
     tls_cert: Path | None = setting(None, "TLS certificate (PEM) the shepherd presents.")
     tls_key: Path | None = setting(None, "TLS private key (PEM) for --tls-cert.")
     tls_ca: Path | None = setting(None, "CA (PEM) local workers use to verify --tls-cert.")

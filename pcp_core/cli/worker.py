@@ -99,8 +99,11 @@ def worker(
     host, _, port = connect.rpartition(":")
     if not host or not port.isdigit():
         fail(f"--connect must be HOST:PORT, got {connect!r}")
-    if not (math.isfinite(timeout) and 0 < timeout <= run_config.MAX_SECONDS):
-        fail(f"--timeout must be from 0 to {run_config.MAX_SECONDS:g} seconds, got {timeout}")
+    if not (math.isfinite(timeout) and run_config.MIN_SECONDS <= timeout <= run_config.MAX_SECONDS):
+        fail(
+            f"--timeout must be from {run_config.MIN_SECONDS:g} to {run_config.MAX_SECONDS:g} "
+            f"seconds, got {timeout}"
+        )
     if not (math.isfinite(give_up_after) and give_up_after >= 0):
         fail(f"--give-up-after must be a number of seconds, got {give_up_after}")
     if restarts < 0:

@@ -6,16 +6,25 @@ the bad one, nor stop them from trying every round. So after each round's merge 
 result gets a score against what attackers do not control (the robust merge of the same
 round, never a window of past results a patient minority fills):
 
-- its cosine with the merge (a sign flipped, a random direction or a stale result point
-  elsewhere), and
-- its norm over its inner steps^0.75 (`step_norm`) against the round's median of those.
+- its norm over its inner steps^0.75 (`step_norm`) against the round's median of those,
+  before its tensors are fetched;
+- the loss of the model it makes (the round's parameters minus it) on training batches
+  drawn anew each round, which no worker can know in advance, against the loss of the
+  round's parameters (`gains`): a sign flipped, a random direction, a stale or an
+  overgrown result makes the loss worse, where an honest one lowers it as much as the
+  others' do (as Templar's validators score a peer's work before it counts);
+- its cosine with the merge.
 
-A result whose cosine is below `min_cosine` or whose ratio is over `max_norm_ratio` is a
-strike: it is left out of the round (the merge is made again without it, and its losses
-do not count), and the shepherd logs one line naming the worker and why. A worker with
-`quarantine_after` strikes is quarantined: disconnected, refused when it comes back, and
-listed in summary.json. With the `mean` aggregator, which holds no results, only the norm
-is scored. Strikes and quarantines are checkpointed (`state`), so a resumed run keeps them.
+A result whose gain is under `min_gain` (its model is worse than the round's parameters),
+whose cosine is below `min_cosine` or whose ratio is over `max_norm_ratio` is a strike:
+it is left out of the round (the merge is made without it, and its losses do not
+count), and the shepherd logs one line naming the worker and why. One with a small gain
+counts for less (`counted_share`), also logged. A worker with `quarantine_after`
+strikes is quarantined: disconnected, refused when it comes back, and listed in
+summary.json. With the `mean` aggregator, which holds no results, only the norm is
+scored; `--result-check none` scores no loss (it
+costs the shepherd one evaluation of `--eval-batches` batches per result and round).
+Strikes and quarantines are checkpointed (`state`), so a resumed run keeps them.
 """
 
 import math
@@ -34,6 +43,8 @@ log = structlog.get_logger(__name__)
 
 MIN_COSINE = 0.0
 MAX_NORM_RATIO = 4.0
+MIN_GAIN = 0.0  # a result whose model makes the scoring loss worse is a strike
+FULL_GAIN = 0.5  # a gain under this counts in proportion (`counted_share`)
 QUARANTINE_AFTER = 3
 
 
@@ -41,6 +52,7 @@ QUARANTINE_AFTER = 3
 class Policy:
     min_cosine: float = MIN_COSINE
     max_norm_ratio: float = MAX_NORM_RATIO
+    min_gain: float = MIN_GAIN
     quarantine_after: int = QUARANTINE_AFTER  # 0: never
 
 
@@ -48,9 +60,15 @@ class Policy:
 class Score:
     cosine: float = math.nan  # with the round's merge (nan: not scored)
     norm_ratio: float = math.nan  # its step norm over the round's median (nan: not scored)
+    gain: float = math.nan  # its loss gain over the round's, for its steps (`gains`)
 
     def problem(self, policy: Policy) -> str | None:
         """Why this result is a strike, or None."""
+        if self.gain < policy.min_gain:
+            return (
+                f"the model it makes gains {self.gain:.3g}x the round's loss gain for its "
+                f"steps (at least {policy.min_gain:g}x)"
+            )
         if self.cosine < policy.min_cosine:
             return f"cosine with the round's merge {self.cosine:.3f} < {policy.min_cosine:g}"
         if self.norm_ratio > policy.max_norm_ratio:
@@ -87,6 +105,30 @@ def norm_ratios(step_norms: Sequence[float]) -> list[float]:
     median only as far as the nearest honest values)."""
     middle = statistics.median(step_norms)
     return [n / middle if middle > 0 else (math.inf if n > 0 else 1.0) for n in step_norms]
+
+
+def gains(improvements: Sequence[float], steps: Sequence[int]) -> list[float]:
+    """Each result's loss gain (the scoring loss at the round's parameters minus at the
+    model its pseudo-gradient makes) over the round's upper median gain, scaled by its
+    share of the most inner steps any result ran: honest gains grow with steps, at least
+    in proportion to them early on. The upper median is an honest gain or a larger one
+    while at most half of the results are bad, so no minority can lower the bar; nan
+    (not scored) when the round's upper median gain is not positive."""
+    reference = sorted(improvements, reverse=True)[(len(improvements) - 1) // 2]
+    if not reference > 0:
+        return [math.nan] * len(improvements)
+    most = max(steps)
+    return [gain / (reference * s / most) for gain, s in zip(improvements, steps, strict=True)]
+
+
+def counted_share(gain: float) -> float:
+    """How much of its weight a result with `gain` counts for in the merge: in full from
+    FULL_GAIN (honest results' gains spread about it and above), in proportion below,
+    so a result that barely helps (a random direction at the start of a run) barely
+    counts; in full where the round was not scored (nan)."""
+    if math.isnan(gain):
+        return 1.0
+    return min(1.0, max(gain, 0.0) / FULL_GAIN)
 
 
 @dataclass

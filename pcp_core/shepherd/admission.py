@@ -7,10 +7,11 @@ so it keeps its data shard and its saved inner state stays paired with it.
 
 Until a peer has proved it knows the secret it gets little: its frames may be at most
 `PRE_AUTH_FRAME_BYTES`, it must finish the join within `JOIN_DEADLINE_S`, and at most
-`MAX_UNPROVEN` such peers are served at once (a new one closes the oldest), so a flood of
-idle or dripping connections costs the shepherd a bounded amount of memory and threads,
-and a real worker still gets in. After the Welcome every message is sealed
-(`pcp_core.wire.channel`).
+`MAX_UNPROVEN` such peers are served at once, each on a thread that holds one of as many
+slots: a new one closes the oldest and the accept loop waits for that one's thread to
+let go of its slot, so a flood of idle or dripping connections costs the shepherd a
+bounded amount of memory and threads, and a real worker still gets in. After the Welcome
+every message is sealed (`pcp_core.wire.channel`).
 """
 
 import collections
@@ -78,6 +79,20 @@ class WorkerLink:
         return f"worker {self.index} ({hello.worker_name}, {hello.backend}/{hello.arch}{several})"
 
 
+class Slot:
+    """A slot of a semaphore that one thread holds, let go of once whoever calls first."""
+
+    def __init__(self, semaphore: threading.Semaphore) -> None:
+        self._semaphore, self._held = semaphore, True
+        self._lock = threading.Lock()
+
+    def release(self) -> None:
+        with self._lock:
+            held, self._held = self._held, False
+        if held:
+            self._semaphore.release()
+
+
 @dataclass
 class Admission:
     setup: TrainingSetup
@@ -102,6 +117,10 @@ class Admission:
         default_factory=collections.OrderedDict
     )
     _unproven_lock: threading.Lock = field(default_factory=threading.Lock)
+    # one per thread serving a connection not yet past its proof
+    _unproven_slots: threading.Semaphore = field(
+        default_factory=lambda: threading.Semaphore(MAX_UNPROVEN)
+    )
     _index_lock: threading.Lock = field(default_factory=threading.Lock)
     _reserved: set[int] = field(default_factory=set)
     _welcomed: set[int] = field(default_factory=set)  # connections past the proof, not in joined
@@ -129,28 +148,36 @@ class Admission:
                     return
                 log.warning("accept failed", exc_info=True)
                 continue
-            self._hold_unproven(conn)
+            while not self._unproven_slots.acquire(timeout=0.05):
+                self._close_oldest_unproven()  # its thread lets go of its slot
+                if self.closing.is_set():
+                    conn.close()
+                    return
+            with self._unproven_lock:
+                self._unproven[id(conn)] = conn
             threading.Thread(target=self._admit, args=(conn,), daemon=True).start()
 
-    def _hold_unproven(self, conn: Connection) -> None:
-        """Count `conn` among the unproven; past the cap, the oldest one is closed."""
+    def _close_oldest_unproven(self) -> None:
         with self._unproven_lock:
-            while len(self._unproven) >= MAX_UNPROVEN:
-                _, oldest = self._unproven.popitem(last=False)
-                log.info("too many unproven connections, closing the oldest", peer=oldest.peer)
-                oldest.close()
-            self._unproven[id(conn)] = conn
+            if not self._unproven:
+                return
+            _, oldest = self._unproven.popitem(last=False)
+        log.info("too many unproven connections, closing the oldest", peer=oldest.peer)
+        oldest.close()
 
-    def _proven(self, conn: Connection) -> None:
+    def _proven(self, conn: Connection, slot: "Slot") -> None:
+        """`conn` is past its proof (or done): no longer counted, its thread's slot free."""
         with self._unproven_lock:
             self._unproven.pop(id(conn), None)
+        slot.release()
 
     def _admit(self, conn: Connection) -> None:
         deadline = threading.Timer(JOIN_DEADLINE_S, self._expire, args=(conn,))
         deadline.daemon = True
         deadline.start()
+        slot = Slot(self._unproven_slots)  # acquired by the accept loop
         try:
-            link = self._handshake(conn, deadline)
+            link = self._handshake(conn, deadline, slot)
             if link is not None:
                 self.joined.put(link)
                 if self.closing.is_set():  # joined while closing: close() may have missed it
@@ -166,7 +193,7 @@ class Admission:
                 self._refuse(conn, f"the shepherd cannot serve this worker: {error}")
         finally:
             deadline.cancel()
-            self._proven(conn)
+            self._proven(conn, slot)
             with self._index_lock:
                 self._welcomed.discard(id(conn))
 
@@ -191,7 +218,9 @@ class Admission:
         finally:
             conn.close()
 
-    def _handshake(self, conn: Connection, deadline: threading.Timer) -> WorkerLink | None:
+    def _handshake(
+        self, conn: Connection, deadline: threading.Timer, slot: "Slot"
+    ) -> WorkerLink | None:
         hello = conn.receive(max_frame_bytes=PRE_AUTH_FRAME_BYTES)
         if not isinstance(hello, Hello):
             self._refuse(conn, f"expected Hello, got {type(hello).__name__}")
@@ -210,7 +239,7 @@ class Admission:
             self._refuse(conn, "authentication failed: wrong or missing secret")
             return None
         deadline.cancel()
-        self._proven(conn)
+        self._proven(conn, slot)
         if revoked := self.keys.refusal(hello.worker_name, hello.credential):
             self._refuse(conn, revoked)
             return None

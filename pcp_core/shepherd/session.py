@@ -15,6 +15,7 @@ when a round may run and whether its outcome counts:
 import contextlib
 import queue
 import statistics
+import threading
 import time
 from collections import deque
 from collections.abc import Callable
@@ -27,7 +28,14 @@ import structlog
 
 from pcp_core.aggregators import MEAN, Aggregator, Combiner
 from pcp_core.codecs import on_the_wire
-from pcp_core.shepherd.accountability import Accountability, Score, cosines
+from pcp_core.shepherd.accountability import (
+    FULL_GAIN,
+    Accountability,
+    Score,
+    cosines,
+    counted_share,
+    gains,
+)
 from pcp_core.shepherd.admission import Admission, WorkerLink
 from pcp_core.shepherd.aggregation import (
     HeldResults,
@@ -52,7 +60,7 @@ log = structlog.get_logger(__name__)
 ATTEMPTS = 3  # attempts in a row that lose no worker yet miss the quorum: the run fails
 DEADLINE_HISTORY = 5  # rounds whose duration sets the next deadline
 STOP_DRAIN_S = 5.0  # how long stopped workers have to close their ends
-LOG_SHARE_BELOW = 0.5  # a result that counted less than this in its merge is logged
+REVOCATION_POLL_S = 1.0  # how often the revocation list is looked at during a run
 
 
 class RoundFailed(RuntimeError):
@@ -79,6 +87,8 @@ class Shepherd:
     limits: Limits = field(default_factory=Limits)
     aggregator: Aggregator = MEAN
     accountability: Accountability = field(default_factory=Accountability)
+    # the loss results are scored by (TrainingSetup.scoring_loss); None: not scored
+    scorer: Callable[[list[np.ndarray], int], float] | None = None
     links: dict[int, WorkerLink] = field(default_factory=dict)
     still_coming: Callable[[], bool] = lambda: True  # may more workers still join?
     _durations: deque[float] = field(default_factory=lambda: deque(maxlen=DEADLINE_HISTORY))
@@ -90,6 +100,7 @@ class Shepherd:
     _sender: Downlink | None = None  # the global parameters as the workers hold them
     _sums: list[np.ndarray] = field(default_factory=list)  # a round's, float64
     _bound_of_last: NormBound = field(default_factory=NormBound)  # the last round's
+    _revoked: set[str] = field(default_factory=set)  # names disconnected for revocation
     _combiner: Combiner | None = None
     _combiner_before: dict[str, np.ndarray] = field(default_factory=dict)  # the last round's
     _stop_reason: str = "done"
@@ -124,6 +135,18 @@ class Shepherd:
     def start(self) -> None:
         self.admission.stop_late = self.stop_joined
         self.admission.start()
+        threading.Thread(target=self._watch_revocations, name="pcp-revoked", daemon=True).start()
+
+    def _watch_revocations(self) -> None:
+        """Disconnect a worker as soon as its credential is revoked: the round in flight
+        loses it (its result does not count), and admission refuses it from now on."""
+        while not self.admission.closing.wait(REVOCATION_POLL_S):
+            revoked = self.admission.keys.revoked_now()
+            for link in list(self.links.values()):
+                if (link.hello.worker_name, link.hello.credential) in revoked:
+                    log.warning("credential revoked; disconnecting the worker", worker=link.label)
+                    self._revoked.add(link.hello.worker_name)
+                    link.conn.close()
 
     # -- who takes part -------------------------------------------------------------------
 
@@ -148,6 +171,7 @@ class Shepherd:
                 )
                 self._turn_away(link, f"a worker named {link.hello.worker_name} is connected")
                 return
+        self._revoked.discard(link.hello.worker_name)  # proved a credential not revoked
         self.links[link.index] = link
 
     def _turn_away(self, link: WorkerLink, reason: str) -> None:
@@ -259,7 +283,7 @@ class Shepherd:
                 self._drop(link)
             merged = [delta_mean[i] for i in plan.returned]
             if isinstance(total, HeldResults) and outcome.results:
-                self._merge(plan, outcome, total, merged, scope.key)
+                self._merge(plan, outcome, total, merged, scope.key, params)
             self._stop_quarantined()
             if len(outcome.results) >= self.limits.min_workers:
                 if isinstance(total, RunningSum):
@@ -308,38 +332,91 @@ class Shepherd:
         held: HeldResults,
         merged: list[np.ndarray],
         key: int,
+        params: list[np.ndarray],
     ) -> None:
-        """Combine the held results into `merged`, score each against it
-        (`pcp_core.shepherd.accountability`), and combine again without the ones struck."""
+        """Score the held results (`pcp_core.shepherd.accountability`) and combine the
+        ones not struck into `merged`: first by the loss of the model each makes (a
+        small gain counts for less), then by its cosine with the merge (combined again
+        without the ones that fail)."""
+        for worker in [w for w in outcome.results if outcome.senders[w] in self._revoked]:
+            self._leave_out(plan, outcome, worker, "its credential was revoked during the round")
+        counted = {w: 1.0 for w in outcome.results}
+        if self.scorer is not None and outcome.results:
+            counted = self._score_gains(plan, outcome, held, params)
+        for attempt in range(2):
+            order = sorted(outcome.results)
+            if not order:
+                return
+            deltas = [held.deltas[w] for w in order]
+            weights = [held.weights[w] * counted[w] for w in order]
+            shares = self.combiner.combine(key, deltas, weights, merged)
+            if attempt:
+                break
+            found = cosines(deltas, merged)
+            outcome.cosines = {w: round(c, 4) for w, c in zip(order, found, strict=True)}
+            names = [outcome.senders[w] for w in order]
+            scores = [Score(cosine=c) for c in found]
+            struck = self.accountability.judge(plan.round, names, scores)
+            for worker, name in zip(order, names, strict=True):
+                if name in struck:
+                    self._leave_out(plan, outcome, worker, struck[name])
+            if not struck:
+                break
+        for worker, share in zip(order, shares or [1.0] * len(order), strict=True):
+            self._down_weighted(plan, outcome, worker, counted[worker] * share)
+
+    def _down_weighted(
+        self, plan: RoundPlan, outcome: RoundOutcome, worker: int, share: float
+    ) -> None:
+        """Record, and log, a result that counted for less than its weight."""
+        if share >= 1.0:
+            return
+        outcome.shares[worker] = share
+        gain = outcome.gains.get(worker)
+        why = (
+            f"its model gains {gain:.3g}x the round's loss gain"
+            if gain is not None and gain < FULL_GAIN
+            else f"far from the others ({self.aggregator.name})"
+        )
+        log.warning(
+            "result down-weighted",
+            worker=outcome.senders[worker],
+            round=plan.round,
+            counted=round(share, 3),
+            reason=f"{why}: counted at {share:.0%}",
+        )
+
+    def _score_gains(
+        self, plan: RoundPlan, outcome: RoundOutcome, held: HeldResults, params: list[np.ndarray]
+    ) -> dict[int, float]:
+        """Strike the results whose model does not lower the scoring loss (`gains`);
+        the share of its weight each other one counts for: a gain under FULL_GAIN
+        counts in proportion."""
+        assert self.scorer is not None
         order = sorted(outcome.results)
-        deltas = [held.deltas[w] for w in order]
-        self.combiner.combine(key, deltas, [held.weights[w] for w in order], merged)
+        base = self.scorer(params, plan.round)
+        trial, improvements = list(params), []
+        for worker in order:
+            for delta, index in zip(held.deltas[worker], plan.returned, strict=True):
+                trial[index] = params[index] - delta
+            improvements.append(base - self.scorer(trial, plan.round))
+        steps = [len(outcome.results[w].losses) for w in order]
+        found = gains(improvements, steps)
+        outcome.gains = {w: round(g, 4) for w, g in zip(order, found, strict=True)}
         names = [outcome.senders[w] for w in order]
-        found = cosines(deltas, merged)
-        outcome.cosines = {w: round(c, 4) for w, c in zip(order, found, strict=True)}
-        struck = self.accountability.judge(plan.round, names, [Score(cosine=c) for c in found])
+        struck = self.accountability.judge(plan.round, names, [Score(gain=g) for g in found])
         for worker, name in zip(order, names, strict=True):
             if name in struck:
-                link = self.links.get(worker)
-                label = link.label if link is not None else name
-                log.warning("result left out", worker=label, round=plan.round, reason=struck[name])
-                outcome.rejected[worker] = struck[name]
-                del outcome.results[worker], outcome.senders[worker]
-        order = sorted(outcome.results)
-        if not order:
-            return
-        deltas = [held.deltas[w] for w in order]
-        shares = self.combiner.combine(key, deltas, [held.weights[w] for w in order], merged)
-        for worker, share in zip(order, shares or (), strict=False):
-            outcome.shares[worker] = share
-            if share < LOG_SHARE_BELOW:
-                log.warning(
-                    "result down-weighted",
-                    worker=outcome.senders[worker],
-                    round=plan.round,
-                    counted=round(share, 3),
-                    reason=f"far from the others: counted at {share:.0%} ({self.aggregator.name})",
-                )
+                self._leave_out(plan, outcome, worker, struck[name])
+        return {w: counted_share(g) for w, g in zip(order, found, strict=True)}
+
+    def _leave_out(self, plan: RoundPlan, outcome: RoundOutcome, worker: int, why: str) -> None:
+        """A fetched result that does not count: logged, its losses not the run's."""
+        link = self.links.get(worker)
+        label = link.label if link is not None else outcome.senders[worker]
+        log.warning("result left out", worker=label, round=plan.round, reason=why)
+        outcome.rejected[worker] = why
+        del outcome.results[worker], outcome.senders[worker]
 
     def _quarantine_reasons(self) -> dict[str, str]:
         return {

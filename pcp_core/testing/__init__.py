@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 SUITES = {
+    "AggregatorConformance": "aggregator_suite",
     "AlgorithmConformance": "algorithm_suite",
     "BackendConformance": "backend_suite",
     "CodecConformance": "codec_suite",

@@ -270,6 +270,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 "ahead": sum(result.ahead for result in outcome.results.values()),
                 "rejected": {str(w): why for w, why in sorted(outcome.rejected.items())},
                 "cosines": {str(w): c for w, c in sorted(outcome.cosines.items())},
+                "gains": {str(w): g for w, g in sorted(outcome.gains.items())},
                 # results the aggregator counted less than in full (0-1)
                 "down_weighted": {
                     str(w): round(share, 4)

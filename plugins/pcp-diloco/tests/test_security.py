@@ -21,6 +21,7 @@ import pytest
 from pcp_capnp_tcp import header, listen
 from pcp_capnp_tcp.connection import MAGIC, PREFIX
 
+from pcp_core.shepherd.admission import MAX_UNPROVEN
 from pcp_core.testing import install_fake_plugin
 from pcp_core.wire import auth
 from pcp_core.wire.channel import SealedConnection, session_keys
@@ -239,6 +240,14 @@ def resident_bytes(pid: int) -> int:
 
 
 FLOOD_MEMORY_BOUND = 64 * 2**20  # what 400 unproven connections may add to the shepherd
+FLOOD_THREAD_BOUND = MAX_UNPROVEN + 16  # threads they may add (one each served, a margin)
+
+
+def thread_count(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Threads:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no Threads for {pid}")
 
 
 def test_a_flood_of_idle_and_dripping_connections(
@@ -258,7 +267,8 @@ def test_a_flood_of_idle_and_dripping_connections(
         *("--token-file", str(token_file), "--out", str(tmp_path / "run"), *tiny),
     )
     port = int(address.rpartition(":")[2])
-    before = resident_bytes(shepherd.pid)
+    before, threads_before = resident_bytes(shepherd.pid), thread_count(shepherd.pid)
+    threads = threads_before
     # half drip a Hello, half a frame whose prefix announces a 60 MiB header
     frames = [hello_frame(PROTOCOL_VERSION, monkeypatch), PREFIX.pack(MAGIC, 60 * 2**20, 0)]
     idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(200)]
@@ -275,6 +285,7 @@ def test_a_flood_of_idle_and_dripping_connections(
         for step in range(40):  # 2 s of the flood alone
             drip(step)
             peak = max(peak, resident_bytes(shepherd.pid))
+            threads = max(threads, thread_count(shepherd.pid))
             time.sleep(0.05)
         worker = e2e.pcp(  # then a real worker, the flood still held open
             "worker",
@@ -298,6 +309,8 @@ def test_a_flood_of_idle_and_dripping_connections(
     print(f"shepherd resident memory {before / 2**20:.0f} MiB, flood +{grown / 2**20:.1f} MiB")
     assert grown < FLOOD_MEMORY_BOUND, f"the flood grew the shepherd by {grown / 2**20:.0f} MiB"
     assert "too many unproven connections" in shepherd.err()
+    grown_threads = threads - threads_before
+    assert grown_threads <= FLOOD_THREAD_BOUND, f"the flood added {grown_threads} threads"
 
 
 def test_a_worker_the_shepherd_does_not_serve_is_told_why(

@@ -1,0 +1,116 @@
+"""The aggregators the core ships pass the suite a plugin would, and what each one is for:
+centered clipping bounds a result by the honest majority's distances, the coordinate-wise
+ones ignore a minority per value, and the scores name what a merge left out."""
+
+import math
+
+import numpy as np
+import pytest
+
+from pcp_core import plugins
+from pcp_core.shepherd.accountability import (
+    Accountability,
+    Policy,
+    Score,
+    cosines,
+    norm_ratios,
+)
+from pcp_core.shepherd.robust import lower_median
+from pcp_core.testing import AggregatorConformance
+from pcp_core.testing.aggregator_suite import SHAPES, deltas, empty
+
+
+class TestMean(AggregatorConformance):
+    aggregator_name = "mean"
+    robust = False
+
+
+class TestCenteredClip(AggregatorConformance):
+    aggregator_name = "centered-clip"
+
+
+class TestTrimmedMean(AggregatorConformance):
+    aggregator_name = "trimmed-mean"
+
+
+class TestMedian(AggregatorConformance):
+    aggregator_name = "median"
+
+
+class TestGeometricMedian(AggregatorConformance):
+    aggregator_name = "geometric-median"
+
+
+def merge(name: str, results: list, weights: list | None = None) -> list[np.ndarray]:
+    out = empty()
+    plugins.host().aggregator(name).create().combine(0, results, weights or [1] * len(results), out)
+    return out
+
+
+def test_the_mean_weighs_by_weight() -> None:
+    a, b = deltas(2, seed=1)
+    out = merge("mean", [a, b], [1, 3])
+    for merged, x, y in zip(out, a, b, strict=True):
+        np.testing.assert_allclose(merged, (x + 3 * y) / 4, rtol=1e-6)
+
+
+def test_the_mean_is_the_only_one_that_streams() -> None:
+    streaming = [a.name for a in plugins.host().registries["aggregator"].values() if a.streams]
+    assert streaming == ["mean"]
+
+
+def test_centered_clip_bounds_two_colluders_of_four_by_the_honest_distances() -> None:
+    """Two huge results of four: the lower median of the distances is an honest one, so
+    each colluder counts as at most CLIP_FACTOR times it."""
+    honest = deltas(2, seed=3)
+    colluders = [[1e4 * np.ones_like(a) for a in honest[0]] for _ in range(2)]
+    out = merge("centered-clip", [*honest, *colluders])
+    size = math.sqrt(sum(float(np.sum(a * a)) for a in out))
+    honest_size = math.sqrt(sum(float(np.sum(a * a)) for a in honest[0]))
+    assert size < 4 * honest_size, (size, honest_size)
+
+
+def test_centered_clip_reports_what_each_result_counted() -> None:
+    honest = deltas(3, seed=4)
+    attacker = [-50 * a for a in honest[0]]
+    out = empty()
+    combiner = plugins.host().aggregator("centered-clip").create()
+    shares = combiner.combine(0, [*honest, attacker], [1, 1, 1, 1], out)
+    assert shares is not None and shares[-1] < 0.1 and min(shares[:3]) > 0.9
+
+
+def test_the_median_and_trimmed_mean_ignore_a_minority_per_value() -> None:
+    values = [[np.full(shape, v, np.float32) for shape in SHAPES] for v in (1, 2, 3, 1e9)]
+    assert merge("median", values)[0][0, 0] == 2  # the lower median of 1, 2, 3, 1e9
+    assert merge("trimmed-mean", values)[0][0, 0] == 2.5  # 1 and 1e9 trimmed
+
+
+def test_the_lower_median_stays_with_the_honest_half() -> None:
+    assert lower_median([1, 2, 1e9, 1e9]) == 2 and lower_median([5]) == 5
+
+
+def test_scores() -> None:
+    a = [np.ones(shape, np.float32) for shape in SHAPES]
+    assert cosines([a, [-x for x in a]], a) == pytest.approx([1.0, -1.0])
+    assert norm_ratios([1, 1, 1, 10]) == [1, 1, 1, 10]
+    policy = Policy(min_cosine=0.0, max_norm_ratio=4.0)
+    assert Score(cosine=-0.5).problem(policy) and Score(norm_ratio=5).problem(policy)
+    assert Score(cosine=0.5, norm_ratio=1).problem(policy) is None
+    assert Score().problem(policy) is None  # not scored
+
+
+def test_strikes_quarantine_and_their_state() -> None:
+    books = Accountability(Policy(quarantine_after=2))
+    assert books.judge(0, ["a", "b"], [Score(cosine=-1), Score(cosine=1)]) == {
+        "a": "cosine with the round's merge -1.000 < 0 (strike 1)"
+    }
+    assert not books.is_quarantined("a")
+    books.judge(1, ["a"], [Score(norm_ratio=9)])
+    assert books.is_quarantined("a") and not books.is_quarantined("b")
+    again = Accountability(Policy(quarantine_after=2))
+    again.load_state(books.state())
+    assert again.quarantined == books.quarantined and again.strikes == {"a": 2}
+    never = Accountability(Policy(quarantine_after=0))
+    for round_index in range(5):
+        never.judge(round_index, ["a"], [Score(cosine=-1)])
+    assert not never.quarantined
