@@ -11,7 +11,17 @@ from string import Template
 
 from pcp_core import __version__
 
-KINDS = ("backend", "optimizer", "transport", "algorithm", "model", "dataset", "codec", "launcher")
+KINDS = (
+    "backend",
+    "optimizer",
+    "transport",
+    "algorithm",
+    "model",
+    "dataset",
+    "codec",
+    "aggregator",
+    "launcher",
+)
 NAME = re.compile(r"[a-z][a-z0-9]*(-[a-z0-9]+)*")
 
 # what the generated package needs beyond pcp-core, what its conformance suite needs
@@ -31,6 +41,7 @@ USAGE = {
     "model": "pcp train --model $name --model-settings context=8,n_hidden=256",
     "dataset": "pcp train --dataset $name --data DIR_OF_TXT_FILES",
     "codec": "pcp train --algorithm diloco --codec $name",
+    "aggregator": "pcp train --algorithm diloco --workers 4 --aggregator $name",
     "launcher": "pcp launch $name --workers 2 -- --steps 200   # --dry-run: write, not run",
 }
 
