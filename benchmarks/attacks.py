@@ -90,6 +90,12 @@ def run(
         worker = [*pcp, "worker", "--connect", address, "--token-file", str(token)]
         worker += ["--restarts", "0", "--state-dir", str(folder / f"honest-{i}"), *extra]
         processes.append(_start(worker, folder / f"honest-{i}.log"))
+    # the attackers join last, so the honest workers hold the indices (and data shards)
+    # of the run of the honest workers alone
+    while attack and (folder / "shepherd.log").read_text().count('"worker joined"') < honest:
+        if processes[0].poll() is not None:
+            break
+        time.sleep(0.2)
     for i in range(attackers if attack else 0):
         bad = [sys.executable, "-m", "pcp_core.testing.attacker", attack, address]
         bad += ["--token-file", str(token), "--state-dir", str(folder / f"attacker-{i}")]

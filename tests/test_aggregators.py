@@ -2,6 +2,7 @@
 centered clipping bounds a result by the honest majority's distances, the coordinate-wise
 ones ignore a minority per value, and the scores name what a merge left out."""
 
+import json
 import math
 
 import numpy as np
@@ -13,6 +14,8 @@ from pcp_core.shepherd.accountability import (
     Policy,
     Score,
     cosines,
+    counted_share,
+    gains,
     norm_ratios,
 )
 from pcp_core.shepherd.robust import lower_median
@@ -97,19 +100,26 @@ def test_scores() -> None:
     assert Score(cosine=-0.5).problem(policy) and Score(norm_ratio=5).problem(policy)
     assert Score(cosine=0.5, norm_ratio=1).problem(policy) is None
     assert Score().problem(policy) is None  # not scored
+    assert Score(gain=-0.6).problem(Policy()) and Score(gain=-0.2).problem(Policy()) is None
+    assert [counted_share(g) for g in (-1, 0, 0.25, 2, math.nan)] == [0, 0, 0.5, 1, 1]
+    assert gains([2.0, 1.0, -1.0], [10, 10, 10]) == [2.0, 1.0, -1.0]  # by the upper median
+    assert gains([1.0, 1.0], [10, 5]) == [1.0, 2.0]  # for its steps
+    assert all(math.isnan(g) for g in gains([-1.0, 0.0], [10, 10]))  # nothing to go by
 
 
 def test_strikes_quarantine_and_their_state() -> None:
     books = Accountability(Policy(quarantine_after=2))
     assert books.judge(0, ["a", "b"], [Score(cosine=-1), Score(cosine=1)]) == {
-        "a": "cosine with the round's merge -1.000 < 0 (strike 1)"
+        "a": "cosine with the round's merge -1.000 < 0 (strike 1 in 10 rounds)"
     }
     assert not books.is_quarantined("a")
-    books.judge(1, ["a"], [Score(norm_ratio=9)])
+    books.judge(10, ["a"], [Score(norm_ratio=9)])  # the first is forgiven by now
+    assert not books.is_quarantined("a")
+    books.judge(11, ["a"], [Score(gain=-2)])
     assert books.is_quarantined("a") and not books.is_quarantined("b")
     again = Accountability(Policy(quarantine_after=2))
-    again.load_state(books.state())
-    assert again.quarantined == books.quarantined and again.strikes == {"a": 2}
+    again.load_state(json.loads(json.dumps(books.state())))  # as a checkpoint keeps it
+    assert again.quarantined == books.quarantined and again.strikes == {"a": [10, 11]}
     never = Accountability(Policy(quarantine_after=0))
     for round_index in range(5):
         never.judge(round_index, ["a"], [Score(cosine=-1)])

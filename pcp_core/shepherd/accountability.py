@@ -15,15 +15,18 @@ round, never a window of past results a patient minority fills):
   others' do (as Templar's validators score a peer's work before it counts);
 - its cosine with the merge.
 
-A result whose gain is under `min_gain` (its model is worse than the round's parameters),
-whose cosine is below `min_cosine` or whose ratio is over `max_norm_ratio` is a strike:
-it is left out of the round (the merge is made without it, and its losses do not
-count), and the shepherd logs one line naming the worker and why. One with a small gain
-counts for less (`counted_share`), also logged. A worker with `quarantine_after`
-strikes is quarantined: disconnected, refused when it comes back, and listed in
-summary.json. With the `mean` aggregator, which holds no results, only the norm is
-scored; `--result-check none` scores no loss (it
-costs the shepherd one evaluation of `--eval-batches` batches per result and round).
+A result whose model does not lower the scoring loss is left out of the round (the merge
+is made without it, and its losses do not count); one that lowers it a little counts
+for less (`counted_share`); each is one log line naming the worker and why. An honest
+worker's model now and then gains nothing on batches outside its shard, so that alone
+is no strike. A strike is a result whose gain is under `min_gain` (its model is clearly
+worse than the round's parameters), whose cosine is below `min_cosine`, whose ratio is
+over `max_norm_ratio`, or that is no well-formed pseudo-gradient (a tensor of another
+shape): left out too. A worker with `quarantine_after` strikes within
+QUARANTINE_WINDOW rounds is quarantined: disconnected, refused when it comes back, and
+listed in summary.json. With the `mean` aggregator, which holds no results, only the
+norm is scored; `--result-check none` scores no loss (it costs the shepherd one
+evaluation of `--eval-batches` batches per result and round).
 Strikes and quarantines are checkpointed (`state`), so a resumed run keeps them.
 """
 
@@ -43,9 +46,10 @@ log = structlog.get_logger(__name__)
 
 MIN_COSINE = 0.0
 MAX_NORM_RATIO = 4.0
-MIN_GAIN = 0.0  # a result whose model makes the scoring loss worse is a strike
-FULL_GAIN = 0.5  # a gain under this counts in proportion (`counted_share`)
+MIN_GAIN = -0.5  # a result whose model makes the scoring loss clearly worse is a strike
+FULL_GAIN = 0.5  # a gain under this counts in proportion, none at all from 0 down
 QUARANTINE_AFTER = 3
+QUARANTINE_WINDOW = 10  # rounds: strikes older than this are forgiven
 
 
 @dataclass(frozen=True)
@@ -134,28 +138,32 @@ def counted_share(gain: float) -> float:
 @dataclass
 class Accountability:
     policy: Policy = field(default_factory=Policy)
-    strikes: dict[str, int] = field(default_factory=dict)
+    strikes: dict[str, list[int]] = field(default_factory=dict)  # name -> rounds struck
     quarantined: dict[str, str] = field(default_factory=dict)  # worker name -> why
 
     def judge(
         self, round_index: int, names: Sequence[str], scores: Sequence[Score]
     ) -> dict[str, str]:
         """The strikes of a round's results: worker name -> why (the caller logs it, as
-        it leaves the result out). A worker quarantined by them is logged here."""
+        it leaves the result out)."""
         struck = {}
         for name, score in zip(names, scores, strict=True):
             problem = score.problem(self.policy)
-            if problem is None:
-                continue
-            self.strikes[name] = count = self.strikes.get(name, 0) + 1
-            struck[name] = f"{problem} (strike {count})"
-            after = self.policy.quarantine_after
-            if after and count >= after and name not in self.quarantined:
-                self.quarantined[name] = (
-                    f"{count} strikes, the last in round {round_index}: {problem}"
-                )
-                log.warning("worker quarantined", worker=name, round=round_index, strikes=count)
+            if problem is not None:
+                struck[name] = self.strike(round_index, name, problem)
         return struck
+
+    def strike(self, round_index: int, name: str, problem: str) -> str:
+        """Count a strike against `name` (quarantining it at `quarantine_after` within
+        QUARANTINE_WINDOW rounds, logged here); the problem with the count, for the
+        caller's line."""
+        recent = [r for r in self.strikes.get(name, []) if r > round_index - QUARANTINE_WINDOW]
+        self.strikes[name] = recent = [*recent, round_index]
+        after, count = self.policy.quarantine_after, len(recent)
+        if after and count >= after and name not in self.quarantined:
+            self.quarantined[name] = f"{count} strikes, the last in round {round_index}: {problem}"
+            log.warning("worker quarantined", worker=name, round=round_index, strikes=count)
+        return f"{problem} (strike {count} in {QUARANTINE_WINDOW} rounds)"
 
     def is_quarantined(self, name: str) -> str | None:
         reason = self.quarantined.get(name)
@@ -165,5 +173,5 @@ class Accountability:
         return {"strikes": dict(self.strikes), "quarantined": dict(self.quarantined)}
 
     def load_state(self, state: Mapping[str, Any]) -> None:
-        self.strikes = dict(state.get("strikes", {}))
+        self.strikes = {name: list(rounds) for name, rounds in state.get("strikes", {}).items()}
         self.quarantined = dict(state.get("quarantined", {}))

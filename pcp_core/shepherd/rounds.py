@@ -301,8 +301,11 @@ def _lose(link: WorkerLink, plan: RoundPlan, error: Exception, outcome: RoundOut
 
 
 def _reject(link: WorkerLink, plan: RoundPlan, error: Exception, outcome: RoundOutcome) -> None:
-    log.warning("result rejected", worker=link.label, round=plan.round, reason=str(error))
-    outcome.rejected[link.index] = str(error)
+    reason = str(error)
+    if isinstance(error, MalformedDelta):  # no honest worker sends one
+        reason = plan.accountability.strike(plan.round, link.hello.worker_name, reason)
+    log.warning("result rejected", worker=link.label, round=plan.round, reason=reason)
+    outcome.rejected[link.index] = reason
     if isinstance(error, NonFinite):
         outcome.non_finite.add(link.index)
 

@@ -389,9 +389,9 @@ class Shepherd:
     def _score_gains(
         self, plan: RoundPlan, outcome: RoundOutcome, held: HeldResults, params: list[np.ndarray]
     ) -> dict[int, float]:
-        """Strike the results whose model does not lower the scoring loss (`gains`);
-        the share of its weight each other one counts for: a gain under FULL_GAIN
-        counts in proportion."""
+        """Leave out the results whose model does not lower the scoring loss (`gains`),
+        striking those that make it clearly worse; the share of its weight each result
+        counts for (a gain under FULL_GAIN in proportion)."""
         assert self.scorer is not None
         order = sorted(outcome.results)
         base = self.scorer(params, plan.round)
@@ -405,10 +405,14 @@ class Shepherd:
         outcome.gains = {w: round(g, 4) for w, g in zip(order, found, strict=True)}
         names = [outcome.senders[w] for w in order]
         struck = self.accountability.judge(plan.round, names, [Score(gain=g) for g in found])
-        for worker, name in zip(order, names, strict=True):
+        shares = {w: counted_share(g) for w, g in zip(order, found, strict=True)}
+        for worker, name, gain in zip(order, names, found, strict=True):
             if name in struck:
                 self._leave_out(plan, outcome, worker, struck[name])
-        return {w: counted_share(g) for w, g in zip(order, found, strict=True)}
+            elif shares[worker] == 0:
+                why = f"the model it makes gains {gain:.3g}x the round's loss gain: nothing"
+                self._leave_out(plan, outcome, worker, why)
+        return shares
 
     def _leave_out(self, plan: RoundPlan, outcome: RoundOutcome, worker: int, why: str) -> None:
         """A fetched result that does not count: logged, its losses not the run's."""

@@ -1,0 +1,99 @@
+"""Attacks by workers that hold valid credentials, with real processes and the default
+settings: each attacker (`python -m pcp_core.testing.attacker`) sends crafted results
+through the real worker API. For each attack the run ends within 3% of the validation
+loss of the honest workers alone, the log names the attacker within three rounds, and
+the attacker is quarantined or down-weighted (benchmarks/attacks.py runs the same table
+against every aggregator)."""
+
+import json
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .test_faults import finished
+
+pytestmark = pytest.mark.serial  # several processes a run, rounds watched as they come
+
+ROUNDS, INNER_STEPS = 20, 10
+NAMING = ("result rejected", "result left out", "result down-weighted", "worker quarantined")
+HONEST_LOSS: dict[int, float] = {}  # honest workers alone, by their number: one run each
+
+
+def run(e2e: Any, token_file: Path, out: Path, honest: int, attack: str, attackers: int) -> str:
+    """A run of `honest` workers and `attackers` attackers to its end; the shepherd's log."""
+    shepherd, address = e2e.shepherd(
+        *("--backend", "cpu", "--workers", str(honest + attackers), "--out", str(out)),
+        *("--steps", str(ROUNDS * INNER_STEPS), "--inner-steps", str(INNER_STEPS)),
+        *("--eval-every", "0", "--token-file", str(token_file)),
+    )
+    for i in range(honest):
+        e2e.pcp(f"honest-{i}", "worker", "--connect", address, "--token-file", str(token_file))
+    # the attackers join last: the honest workers hold the indices (and data shards) of
+    # the run of the honest workers alone
+    e2e.wait_for(lambda: shepherd.err().count("worker joined") >= honest, 120, "honest joins")
+    for i in range(attackers):
+        command = [sys.executable, "-m", "pcp_core.testing.attacker", attack, address]
+        command += ["--token-file", str(token_file), "--name", f"attacker-{i}"]
+        command += ["--state-dir", str(out.parent / f"attacker-{i}"), "--seed", str(i)]
+        e2e.start(f"attacker-{i}", command)
+    return finished(shepherd)
+
+
+def honest_loss(e2e: Any, token_file: Path, tmp_path: Path, honest: int) -> float:
+    if honest not in HONEST_LOSS:
+        out = tmp_path / f"honest-{honest}"
+        run(e2e, token_file, out, honest, "", 0)
+        HONEST_LOSS[honest] = json.loads((out / "summary.json").read_text())["final_val_loss"]
+    return HONEST_LOSS[honest]
+
+
+def first_named(log: str) -> int | None:
+    rounds = [
+        int(match.group(1))
+        for line in log.splitlines()
+        if "attacker-" in line and any(event in line for event in NAMING)
+        if (match := re.search(r'"round": (\d+)', line))
+    ]
+    return min(rounds) if rounds else None
+
+
+@pytest.mark.parametrize(
+    ("attack", "attackers", "workers"),
+    [
+        ("flip:1", 1, 4),
+        ("flip:5", 1, 4),
+        ("flip:9", 1, 8),
+        ("random", 1, 4),
+        ("ratchet:1.5", 1, 4),
+        ("ratchet:1.5", 2, 4),
+        ("flip:1", 2, 4),
+        ("lazy", 1, 4),
+        ("transpose", 1, 4),
+    ],
+)
+def test_an_attack_costs_the_run_little_and_is_named(
+    e2e: Any, token_file: Path, tmp_path: Path, attack: str, attackers: int, workers: int
+) -> None:
+    honest = workers - attackers
+    baseline = honest_loss(e2e, token_file, tmp_path, honest)
+    out = tmp_path / "attacked"
+    log = run(e2e, token_file, out, honest, attack, attackers)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["final_val_loss"] <= 1.03 * baseline, (summary["final_val_loss"], baseline)
+    named = first_named(log)
+    assert named is not None and named <= 3, named
+    records = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    for i in range(attackers):
+        if f"attacker-{i}" in summary["quarantined"]:
+            continue
+        # else each of its results from then on left out or counted for less
+        index = re.search(rf"worker (\d+) \(attacker-{i},", log)
+        assert index is not None, log[-3000:]
+        for record in records[named:]:
+            counted = record["rejected"] | record["down_weighted"]
+            assert index.group(1) in counted or index.group(1) not in record["worker_steps"]
+    # the run's training loss is the accepted results' only
+    assert all(len(r["worker_losses"]) == r["workers"] for r in records)
