@@ -21,6 +21,7 @@ from pcp_core.program.training import TrainingSetup
 from pcp_core.shepherd.accountability import Accountability, Policy
 from pcp_core.shepherd.admission import Admission
 from pcp_core.shepherd.local_workers import LocalWorkers
+from pcp_core.shepherd.merging import Merger
 from pcp_core.shepherd.session import Limits, Shepherd
 from pcp_core.wire import auth
 from pcp_core.wire.liveness import heartbeat_interval
@@ -250,7 +251,7 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: RunSettings) -> It
     accountability = Accountability(Policy(quarantine_after=config.shepherd.quarantine_after))
     scorer = setup.scoring_loss if config.shepherd.result_check == "loss" else None
     aggregator = ctx.plugins.aggregator(config.shepherd.aggregator)
-    node = Shepherd(admission, limits, aggregator, accountability, scorer)
+    node = Shepherd(admission, limits, Merger(aggregator, accountability, scorer))
     node.start()
     log.info(
         "shepherd listening",

@@ -26,16 +26,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.aggregators import MEAN, Aggregator, Combiner
 from pcp_core.codecs import on_the_wire
-from pcp_core.shepherd.accountability import (
-    FULL_GAIN,
-    Accountability,
-    Score,
-    cosines,
-    counted_share,
-    gains,
-)
 from pcp_core.shepherd.admission import Admission, WorkerLink
 from pcp_core.shepherd.aggregation import (
     HeldResults,
@@ -44,6 +35,7 @@ from pcp_core.shepherd.aggregation import (
     StagingPool,
     step_norm,
 )
+from pcp_core.shepherd.merging import Merger
 from pcp_core.shepherd.rounds import (
     DEADLINE_FACTOR,
     RoundOutcome,
@@ -85,10 +77,7 @@ class Limits:
 class Shepherd:
     admission: Admission
     limits: Limits = field(default_factory=Limits)
-    aggregator: Aggregator = MEAN
-    accountability: Accountability = field(default_factory=Accountability)
-    # the loss results are scored by (TrainingSetup.scoring_loss); None: not scored
-    scorer: Callable[[list[np.ndarray], int], float] | None = None
+    merger: Merger = field(default_factory=Merger)  # scores and combines held results
     links: dict[int, WorkerLink] = field(default_factory=dict)
     still_coming: Callable[[], bool] = lambda: True  # may more workers still join?
     _durations: deque[float] = field(default_factory=lambda: deque(maxlen=DEADLINE_HISTORY))
@@ -100,17 +89,7 @@ class Shepherd:
     _sender: Downlink | None = None  # the global parameters as the workers hold them
     _sums: list[np.ndarray] = field(default_factory=list)  # a round's, float64
     _bound_of_last: NormBound = field(default_factory=NormBound)  # the last round's
-    _revoked: set[str] = field(default_factory=set)  # names disconnected for revocation
-    _combiner: Combiner | None = None
-    _combiner_before: dict[str, np.ndarray] = field(default_factory=dict)  # the last round's
     _stop_reason: str = "done"
-
-    @property
-    def combiner(self) -> Combiner:
-        """The run's aggregator (`--aggregator`), made once; its state is checkpointed."""
-        if self._combiner is None:
-            self._combiner = self.aggregator.create()
-        return self._combiner
 
     @property
     def setup_bytes(self) -> int:
@@ -145,7 +124,7 @@ class Shepherd:
             for link in list(self.links.values()):
                 if (link.hello.worker_name, link.hello.credential) in revoked:
                     log.warning("credential revoked; disconnecting the worker", worker=link.label)
-                    self._revoked.add(link.hello.worker_name)
+                    self.merger.revoked.add(link.hello.worker_name)
                     link.conn.close()
 
     # -- who takes part -------------------------------------------------------------------
@@ -171,7 +150,7 @@ class Shepherd:
                 )
                 self._turn_away(link, f"a worker named {link.hello.worker_name} is connected")
                 return
-        self._revoked.discard(link.hello.worker_name)  # proved a credential not revoked
+        self.merger.revoked.discard(link.hello.worker_name)  # proved a credential not revoked
         self.links[link.index] = link
 
     def _turn_away(self, link: WorkerLink, reason: str) -> None:
@@ -247,7 +226,7 @@ class Shepherd:
         bound = self._bounds.setdefault(scope.key, NormBound())
         if self._staging is None:
             self._staging = StagingPool(specs)
-        if self.aggregator.streams and not self._sums:
+        if self.merger.aggregator.streams and not self._sums:
             self._sums = [np.zeros(spec.shape, np.float64) for spec in specs]
         attempt, refused_only = first_attempt, 0
         while True:
@@ -275,21 +254,21 @@ class Shepherd:
                 on_the_wire(self.admission.settings.codec),
                 weigh,
                 self.admission.settings.pushes,
-                self.accountability,
+                self.merger.accountability,
             )
-            total = RunningSum(self._sums) if self.aggregator.streams else HeldResults()
+            streams = self.merger.aggregator.streams
+            total = RunningSum(self._sums) if streams else HeldResults()
             outcome = run_attempt(plan, links, total, self._staging, bound)
             for link in outcome.lost:
                 self._drop(link)
             merged = [delta_mean[i] for i in plan.returned]
             if isinstance(total, HeldResults) and outcome.results:
-                self._merge(plan, outcome, total, merged, scope.key, params)
+                self.merger.merge(plan, outcome, total, merged, scope.key, params)
             self._stop_quarantined()
             if len(outcome.results) >= self.limits.min_workers:
                 if isinstance(total, RunningSum):
                     total.mean_into(delta_mean)
-                self._combiner_before = {k: v.copy() for k, v in self.combiner.state().items()}
-                self.combiner.accept(scope.key, merged)
+                self.merger.keep(scope.key, merged)
                 self._durations.append(outcome.report_s)
                 bound.remember([step_norm(r) for r in outcome.results.values()])
                 self._bound_of_last = bound
@@ -325,112 +304,14 @@ class Shepherd:
             )
             attempt += 1
 
-    def _merge(
-        self,
-        plan: RoundPlan,
-        outcome: RoundOutcome,
-        held: HeldResults,
-        merged: list[np.ndarray],
-        key: int,
-        params: list[np.ndarray],
-    ) -> None:
-        """Score the held results (`pcp_core.shepherd.accountability`) and combine the
-        ones not struck into `merged`: first by the loss of the model each makes (a
-        small gain counts for less), then by its cosine with the merge (combined again
-        without the ones that fail)."""
-        for worker in [w for w in outcome.results if outcome.senders[w] in self._revoked]:
-            self._leave_out(plan, outcome, worker, "its credential was revoked during the round")
-        counted = {w: 1.0 for w in outcome.results}
-        if self.scorer is not None and outcome.results:
-            counted = self._score_gains(plan, outcome, held, params)
-        for attempt in range(2):
-            order = sorted(outcome.results)
-            if not order:
-                return
-            deltas = [held.deltas[w] for w in order]
-            weights = [held.weights[w] * counted[w] for w in order]
-            shares = self.combiner.combine(key, deltas, weights, merged)
-            if attempt:
-                break
-            found = cosines(deltas, merged)
-            outcome.cosines = {w: round(c, 4) for w, c in zip(order, found, strict=True)}
-            names = [outcome.senders[w] for w in order]
-            scores = [Score(cosine=c) for c in found]
-            struck = self.accountability.judge(plan.round, names, scores)
-            for worker, name in zip(order, names, strict=True):
-                if name in struck:
-                    self._leave_out(plan, outcome, worker, struck[name])
-            if not struck:
-                break
-        for worker, share in zip(order, shares or [1.0] * len(order), strict=True):
-            self._down_weighted(plan, outcome, worker, counted[worker] * share)
-
-    def _down_weighted(
-        self, plan: RoundPlan, outcome: RoundOutcome, worker: int, share: float
-    ) -> None:
-        """Record, and log, a result that counted for less than its weight."""
-        if share >= 1.0:
-            return
-        outcome.shares[worker] = share
-        gain = outcome.gains.get(worker)
-        why = (
-            f"its model gains {gain:.3g}x the round's loss gain"
-            if gain is not None and gain < FULL_GAIN
-            else f"far from the others ({self.aggregator.name})"
-        )
-        log.warning(
-            "result down-weighted",
-            worker=outcome.senders[worker],
-            round=plan.round,
-            counted=round(share, 3),
-            reason=f"{why}: counted at {share:.0%}",
-        )
-
-    def _score_gains(
-        self, plan: RoundPlan, outcome: RoundOutcome, held: HeldResults, params: list[np.ndarray]
-    ) -> dict[int, float]:
-        """Leave out the results whose model does not lower the scoring loss (`gains`),
-        striking those that make it clearly worse; the share of its weight each result
-        counts for (a gain under FULL_GAIN in proportion)."""
-        assert self.scorer is not None
-        order = sorted(outcome.results)
-        base = self.scorer(params, plan.round)
-        trial, improvements = list(params), []
-        for worker in order:
-            for delta, index in zip(held.deltas[worker], plan.returned, strict=True):
-                trial[index] = params[index] - delta
-            improvements.append(base - self.scorer(trial, plan.round))
-        steps = [len(outcome.results[w].losses) for w in order]
-        found = gains(improvements, steps)
-        outcome.gains = {w: round(g, 4) for w, g in zip(order, found, strict=True)}
-        names = [outcome.senders[w] for w in order]
-        struck = self.accountability.judge(plan.round, names, [Score(gain=g) for g in found])
-        shares = {w: counted_share(g) for w, g in zip(order, found, strict=True)}
-        for worker, name, gain in zip(order, names, found, strict=True):
-            if name in struck:
-                self._leave_out(plan, outcome, worker, struck[name])
-            elif shares[worker] == 0:
-                why = f"the model it makes gains {gain:.3g}x the round's loss gain: nothing"
-                self._leave_out(plan, outcome, worker, why)
-        return shares
-
-    def _leave_out(self, plan: RoundPlan, outcome: RoundOutcome, worker: int, why: str) -> None:
-        """A fetched result that does not count: logged, its losses not the run's."""
-        link = self.links.get(worker)
-        label = link.label if link is not None else outcome.senders[worker]
-        log.warning("result left out", worker=label, round=plan.round, reason=why)
-        outcome.rejected[worker] = why
-        del outcome.results[worker], outcome.senders[worker]
-
     def _quarantine_reasons(self) -> dict[str, str]:
-        return {
-            name: f"quarantined: {why}" for name, why in self.accountability.quarantined.items()
-        }
+        quarantined = self.merger.accountability.quarantined
+        return {name: f"quarantined: {why}" for name, why in quarantined.items()}
 
     def _stop_quarantined(self) -> None:
         """Disconnect the connected workers that are quarantined now."""
         for link in list(self.links.values()):
-            reason = self.accountability.is_quarantined(link.hello.worker_name)
+            reason = self.merger.accountability.is_quarantined(link.hello.worker_name)
             if reason:
                 log.warning("disconnecting a quarantined worker", worker=link.label)
                 self._turn_away(link, reason)
@@ -442,7 +323,7 @@ class Shepherd:
         to its state before it, and no worker holds the global parameters the round is
         run again from."""
         self._bound_of_last.forget_last()
-        self.combiner.load_state(self._combiner_before)
+        self.merger.undo()
         self._current = []
 
     def _wait_for_quorum(self, round_index: int) -> None:

@@ -196,8 +196,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
     with distributed.shepherd(ctx, setup, settings) as shepherd:
         status.set_state("waiting for workers", workers=config.shepherd.workers)
         shepherd.downlink().load_state(held)  # a resumed run's workers: the copy they held
-        shepherd.combiner.load_state(judged.aggregator)
-        shepherd.accountability.load_state(judged.accountability)
+        shepherd.merger.combiner.load_state(judged.aggregator)
+        shepherd.merger.accountability.load_state(judged.accountability)
         shepherd.wait_for_workers(config.shepherd.workers, config.shepherd.join_timeout)
         utilisation = Utilisation(config.shepherd.workers)
         ctx.progress.start(config.steps, f"diloco on {config.shepherd.workers} workers")
@@ -304,9 +304,11 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 extra |= shepherd.downlink().state()
                 extra |= {
                     AGGREGATOR_PREFIX + name: array.copy()
-                    for name, array in shepherd.combiner.state().items()
+                    for name, array in shepherd.merger.combiner.state().items()
                 }
-                metadata = state.metadata() | {"accountability": shepherd.accountability.state()}
+                metadata = state.metadata() | {
+                    "accountability": shepherd.merger.accountability.state()
+                }
                 checkpoints.submit(
                     functools.partial(
                         setup.save_checkpoint,
@@ -337,8 +339,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
         **shepherd.shards_served(),
         "model_bytes": int(sum(p.nbytes for p in params)),
         "aggregator": config.shepherd.aggregator,
-        "strikes": dict(shepherd.accountability.strikes),
-        "quarantined": dict(shepherd.accountability.quarantined),
+        "strikes": dict(shepherd.merger.accountability.strikes),
+        "quarantined": dict(shepherd.merger.accountability.quarantined),
         "shepherd_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         **utilisation.summary(),
     }
