@@ -7,6 +7,7 @@ The shepherd's session (`pcp_core.shepherd.session`) hands over each round's hel
 kept (`keep`), and goes back when its outer step is rolled back (`undo`).
 """
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -71,7 +72,9 @@ class Merger:
             leave_out(plan, outcome, worker, "its credential was revoked during the round")
         counted = {w: 1.0 for w in outcome.results}
         if self.scorer is not None and outcome.results:
+            started = time.perf_counter()
             counted = self._score_gains(plan, outcome, held, params)
+            outcome.score_s = time.perf_counter() - started
         for attempt in range(2):
             order = sorted(outcome.results)
             if not order:

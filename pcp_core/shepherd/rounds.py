@@ -76,6 +76,7 @@ class RoundOutcome:
     shares: dict[int, float] = field(default_factory=dict)
     cosines: dict[int, float] = field(default_factory=dict)  # each result's with the merge
     gains: dict[int, float] = field(default_factory=dict)  # each result's loss gain, relative
+    score_s: float = 0.0  # the shepherd's evaluations that scored the results
     non_finite: set[int] = field(default_factory=set)  # rejected for NaN or Inf
     lost: list[WorkerLink] = field(default_factory=list)  # disconnected: dead, late, broken
     bytes_sent: int = 0
