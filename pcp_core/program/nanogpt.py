@@ -278,14 +278,16 @@ def logits(config: Mapping[str, int], params: Params, tokens, precision: str = "
     add = layers.add_positions() if export_platform() in POSITION_ADDS_PLATFORMS else operator.add
     x = add(embed(params["wte"], tokens), params["wpe"][:time])
     # With `remat`, each block under jax.checkpoint: its input is what the backward pass
-    # keeps, and the block's forward pass runs again there (the same program on every
-    # backend, IREE's included, since only the traced step changes).
+    # keeps, and the block's forward pass runs again there. A platform's export fences the
+    # recomputation with optimization barriers, so that XLA cannot merge it back into the
+    # forward pass; the portable program has none: with them IREE 3.13 computed other
+    # losses (the default model, batch 8) or its runtime failed the step (batch 16).
     rematerialised = config.get("remat", 0) == REMAT_BLOCKS
     for i in range(config["n_layer"]):
         p = f"h.{i}."
         block = functools.partial(_block, config, p, precision)
         if rematerialised:
-            block = jax.checkpoint(block)
+            block = jax.checkpoint(block, prevent_cse=export_platform() is not None)
         x = block({k: v for k, v in params.items() if k.startswith(p)}, x)
     x = layers.layer_norm()(x, params["ln_f.weight"], params["ln_f.bias"])
     in_bf16 = _bf16_where(precision, BF16_LOGITS_PLATFORMS) is not None
