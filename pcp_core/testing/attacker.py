@@ -11,7 +11,10 @@ rounds honestly, and sends a crafted result in place of each honest one, from ro
 - `ratchet:G`: its honest pseudo-gradient times G^round, a norm that grows each round;
 - `lazy`: its round-0 result (pseudo-gradient and losses) every round, as if it never
   trained again;
-- `transpose`: its largest matrix transposed: the right number of values, another shape.
+- `transpose`: its largest matrix transposed: the right number of values, another shape;
+- `absent`: no attack, a baseline: every result NaN, so each is refused and the run is
+  the honest workers' alone in the data layout of the attacked runs (each worker reads
+  the shard of its index among all the workers).
 
 Two attackers colluding are two processes of one attack. Used by the attack tests
 (plugins/pcp-diloco/tests/test_attacks.py) and `benchmarks/attacks.py`.
@@ -32,7 +35,7 @@ from pcp_core.wire.transport import TransportOptions
 from pcp_core.worker import loop
 from pcp_core.worker.session import RoundWork
 
-ATTACKS = ("flip", "random", "ratchet", "lazy", "transpose")
+ATTACKS = ("flip", "random", "ratchet", "lazy", "transpose", "absent")
 
 
 @dataclasses.dataclass
@@ -73,6 +76,9 @@ class Attack:
             work.losses = list(first.losses)[: len(work.losses)]
             for array, old in zip(arrays, first.tensors, strict=True):
                 array[...] = old.array
+        elif self.kind == "absent":
+            for array in arrays:
+                array[...] = np.nan
         elif self.kind == "transpose":
             largest = max(
                 (i for i, a in enumerate(arrays) if a.ndim == 2 and a.shape[0] != a.shape[1]),

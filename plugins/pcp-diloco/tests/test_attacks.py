@@ -3,7 +3,11 @@ settings: each attacker (`python -m pcp_core.testing.attacker`) sends crafted re
 through the real worker API. For each attack the run ends within 3% of the validation
 loss of the honest workers alone, the log names the attacker within three rounds, and
 the attacker is quarantined or down-weighted (benchmarks/attacks.py runs the same table
-against every aggregator)."""
+against every aggregator, over seeds).
+
+"Alone" is in the attacked run's data layout: beside as many `absent` attackers, whose
+every result is refused, so each honest worker reads the shards it reads under attack
+(on 20 rounds of this model the layout alone moves the final loss by up to 5%)."""
 
 import json
 import re
@@ -19,7 +23,7 @@ pytestmark = pytest.mark.serial  # several processes a run, rounds watched as th
 
 ROUNDS, INNER_STEPS = 20, 10
 NAMING = ("result rejected", "result left out", "result down-weighted", "worker quarantined")
-HONEST_LOSS: dict[int, float] = {}  # honest workers alone, by their number: one run each
+HONEST_LOSS: dict[tuple[int, int], float] = {}  # honest, absent -> val loss: one run each
 
 
 def run(e2e: Any, token_file: Path, out: Path, honest: int, attack: str, attackers: int) -> str:
@@ -42,12 +46,14 @@ def run(e2e: Any, token_file: Path, out: Path, honest: int, attack: str, attacke
     return finished(shepherd)
 
 
-def honest_loss(e2e: Any, token_file: Path, tmp_path: Path, honest: int) -> float:
-    if honest not in HONEST_LOSS:
-        out = tmp_path / f"honest-{honest}"
-        run(e2e, token_file, out, honest, "", 0)
-        HONEST_LOSS[honest] = json.loads((out / "summary.json").read_text())["final_val_loss"]
-    return HONEST_LOSS[honest]
+def honest_loss(e2e: Any, token_file: Path, tmp_path: Path, honest: int, absent: int) -> float:
+    """The honest workers beside `absent` workers whose every result is refused."""
+    if (honest, absent) not in HONEST_LOSS:
+        out = tmp_path / f"honest-{honest}-{absent}"
+        run(e2e, token_file, out, honest, "absent", absent)
+        summary = json.loads((out / "summary.json").read_text())
+        HONEST_LOSS[honest, absent] = summary["final_val_loss"]
+    return HONEST_LOSS[honest, absent]
 
 
 def first_named(log: str) -> int | None:
@@ -78,7 +84,7 @@ def test_an_attack_costs_the_run_little_and_is_named(
     e2e: Any, token_file: Path, tmp_path: Path, attack: str, attackers: int, workers: int
 ) -> None:
     honest = workers - attackers
-    baseline = honest_loss(e2e, token_file, tmp_path, honest)
+    baseline = honest_loss(e2e, token_file, tmp_path, honest, attackers)
     out = tmp_path / "attacked"
     log = run(e2e, token_file, out, honest, attack, attackers)
     summary = json.loads((out / "summary.json").read_text())
