@@ -141,7 +141,13 @@ class Shepherd:
     def _take(self, link: WorkerLink) -> None:
         """Take a joined worker into the next rounds, unless a connected worker has its
         name: names are unique (a default one holds the host and pid, so a restarted
-        worker has a new one), and a newcomer must not push a working worker out."""
+        worker has a new one), and a newcomer must not push a working worker out. A
+        quarantined worker is told so and stopped."""
+        quarantined = self.merger.accountability.is_quarantined(link.hello.worker_name)
+        if quarantined:
+            log.warning("refusing a quarantined worker", worker=link.label, reason=quarantined)
+            self._turn_away(link, quarantined, "quarantined")
+            return
         for old in self.links.values():
             if old.hello.worker_name == link.hello.worker_name:
                 log.warning(
@@ -153,11 +159,11 @@ class Shepherd:
         self.merger.revoked.discard(link.hello.worker_name)  # proved a credential not revoked
         self.links[link.index] = link
 
-    def _turn_away(self, link: WorkerLink, reason: str) -> None:
+    def _turn_away(self, link: WorkerLink, reason: str, state: str = "dead") -> None:
         with contextlib.suppress(TransportError, OSError):
             link.conn.send(Stop(reason))
         link.conn.close()
-        self.admission.status.worker_state(link.index, "dead")
+        self.admission.status.worker_state(link.index, state)
         self.admission.release_index(link.index)
 
     def wait_for_workers(self, count: int, timeout_s: float | None = None) -> None:
@@ -314,7 +320,7 @@ class Shepherd:
             reason = self.merger.accountability.is_quarantined(link.hello.worker_name)
             if reason:
                 log.warning("disconnecting a quarantined worker", worker=link.label)
-                self._turn_away(link, reason)
+                self._turn_away(link, reason, "quarantined")
                 del self.links[link.index]
 
     def rolled_back(self) -> None:

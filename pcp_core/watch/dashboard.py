@@ -31,6 +31,7 @@ STATE_STYLES = {
     "training": "green",
     "reporting": "blue",
     "dead": "bold red",
+    "quarantined": "bold magenta",
 }
 TRAIN_STYLE, VAL_STYLE = "green", "magenta"
 

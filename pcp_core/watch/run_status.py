@@ -23,8 +23,18 @@ log = structlog.get_logger(__name__)
 # A worker's life, in the order it usually goes: joined (authenticating), its program
 # being compiled and loaded, waiting for a round, training its inner steps, its result
 # being reported and fetched; dead once its connection is gone, restarting when a worker
-# that had an index comes back for it.
-WORKER_STATES = ("joining", "restarting", "compiling", "ready", "training", "reporting", "dead")
+# that had an index comes back for it, quarantined when the shepherd turned it away for
+# its strikes (pcp_core.shepherd.accountability).
+WORKER_STATES = (
+    "joining",
+    "restarting",
+    "compiling",
+    "ready",
+    "training",
+    "reporting",
+    "dead",
+    "quarantined",
+)
 HISTORY = 2000  # loss points kept for the chart and /status (older ones are thinned)
 PROGRESS_LOG_S = 5.0  # without a dashboard, at most one progress line this often
 # a distributed round's record keys the status keeps for its last round
