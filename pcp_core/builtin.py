@@ -33,7 +33,14 @@ def _run_local(ctx: RunContext) -> dict[str, Any]:
 
 @hookimpl
 def pcp_register_algorithms(register) -> None:
-    register(Algorithm(name="local", run=_run_local, description="single process, single device"))
+    register(
+        Algorithm(
+            name="local",
+            run=_run_local,
+            description="single process, single device",
+            resumable=True,
+        )
+    )
 
 
 @hookimpl

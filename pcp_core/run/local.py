@@ -1,6 +1,9 @@
 """The built-in `local` algorithm: one process trains on one device.
 
-Checkpoints at every evaluation, so an interrupted run keeps what it had learned. The
+Checkpoints at every evaluation, so an interrupted run keeps what it had learned, and
+`--resume RUN_DIR` continues it: the checkpoint holds the inner optimizer's state beside
+the parameters, and the data of each call depends only on the seed and the call, so a
+resumed run follows the trajectory the uninterrupted one would have. The
 loop keeps the device busy: the eval program is compiled before the first step, an
 executor that can (`params_snapshot`, pcp-xla) hands the evaluation and the checkpoint
 a copy of the parameters made by the device (in pinned host memory on a GPU), taken
@@ -8,7 +11,10 @@ once before the first step too, so its first-time costs land there, and the chec
 is written on a thread while training goes on (benchmarks/loop_time.py).
 """
 
+import json
 import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -16,7 +22,9 @@ import structlog
 
 from pcp_core.algorithms import RunContext
 from pcp_core.config import ConfigError
+from pcp_core.program import checkpoint as checkpoints_file
 from pcp_core.program.background import OneInFlight
+from pcp_core.program.build import SCHEDULE_TENSOR
 from pcp_core.program.training import prepare, resolve_backend
 
 log = structlog.get_logger(__name__)
@@ -43,6 +51,15 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
     executor.set_params(initial)
     executor.set_opt_state(program.init_opt_state(initial))
     del initial  # 500 MB of host memory for GPT-2 small, not needed again
+    position = Position()
+    if ctx.resume:
+        position = resume(ctx.run_dir, executor, setup)
+        if position.step >= config.steps:
+            raise ConfigError(
+                f"the run in {ctx.run_dir} has trained its {config.steps} steps; "
+                "pass a larger --steps to train further"
+            )
+        ctx.metrics.keep_only(lambda record: record.get("step", 0) <= position.step)
     setup.evaluator.load()  # every run evaluates at its end: compile that now, not mid-loop
     snapshot = getattr(executor, "params_snapshot", None)
     if snapshot is not None:
@@ -52,21 +69,28 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
         log.info("evaluated before training", val_loss=round(val_loss, 4))
     checkpoints = OneInFlight("checkpoint")
 
-    def checkpoint(params: list[Any], step: int) -> None:  # on the checkpoint thread
+    def checkpoint(params: list[Any], state: list[Any], at: Position) -> None:
+        """Write the checkpoint (on the checkpoint thread)."""
         started = time.perf_counter()
-        setup.save_checkpoint(ctx.run_dir, [np.asarray(p) for p in params], step)
+        names = [OPT_PREFIX + spec.name for spec in program.opt_specs]
+        optimizer = {name: np.asarray(array) for name, array in zip(names, state, strict=True)}
+        step = at.step
+        setup.save_checkpoint(
+            ctx.run_dir, [np.asarray(p) for p in params], step, optimizer, at.metadata()
+        )
         if setup.checkpoint_error is None:
             seconds = round(time.perf_counter() - started, 3)
             log.info("checkpoint written", step=step, seconds=seconds)
 
-    def evaluate(step: int) -> float:
-        """The validation loss after `step`, and its checkpoint started on the thread;
-        the snapshot is let go once that is written, so the next one reuses its memory."""
+    def evaluate(at: Position) -> float:
+        """The validation loss at `at`, and its checkpoint started on the thread; the
+        snapshot is let go once that is written, so the next one reuses its memory."""
         params = snapshot() if snapshot is not None else executor.params()
-        status.set_state("evaluating", step=step)
+        state = executor.opt_state()
+        status.set_state("evaluating", step=at.step)
         val_loss = setup.validation_loss(params)
-        status.set_state("training", step=step)
-        checkpoints.submit(lambda: checkpoint(params, step))
+        status.set_state("training", step=at.step)
+        checkpoints.submit(lambda: checkpoint(params, state, at))
         return val_loss
 
     log.info(
@@ -80,8 +104,9 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
     status.worker_state(0, "training", inner_steps=config.steps)
     tokens_per_call = setup.tokens_per_step() * config.steps_per_call
     block = setup.model_config["block_size"]
-    step, tokens, compute_s, val_loss = 0, 0, 0.0, None
-    for call in range(config.steps // config.steps_per_call):
+    step, tokens, compute_s, val_loss = position.step, position.tokens, 0.0, None
+    losses = np.array([np.nan])
+    for call in range(step // config.steps_per_call, config.steps // config.steps_per_call):
         x, y = setup.corpus.batches(
             "train", config.steps_per_call, config.batch_size, block, stream=(config.seed, call)
         )
@@ -102,12 +127,56 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
         if not np.isfinite(losses).all():  # before a checkpoint could keep the broken params
             raise FloatingPointError(f"loss became {losses[-1]} at step {step}; lower --lr")
         if setup.evaluates_after(step, config.steps_per_call):
-            record["val_loss"] = val_loss = evaluate(step)
+            record["val_loss"] = val_loss = evaluate(Position(step, tokens))
         ctx.metrics.write(record)
         ctx.progress.update(step, loss=record["loss"], tokens_per_s=tokens / compute_s)
     checkpoints.wait()  # the last one is written before the summary says whether it was
 
     summary = setup.summary(
-        float(losses[-1]), val_loss, tokens, tokens / compute_s, ctx.metrics.elapsed()
+        float(losses[-1]), val_loss, tokens, tokens / max(compute_s, 1e-9), ctx.metrics.elapsed()
     )
     return summary | {"arch": arch, "compile_cache_hit": artifact.cache_hit}
+
+
+OPT_PREFIX = "optimizer."  # the inner optimizer's state in a checkpoint
+
+
+@dataclass(frozen=True)
+class Position:
+    """Where a local run is: saved with each checkpoint, read back by `--resume`."""
+
+    step: int = 0
+    tokens: int = 0
+
+    def metadata(self) -> dict[str, Any]:
+        return {"local": {"step": self.step, "tokens": self.tokens}}
+
+
+def resume(run_dir: Path, executor: Any, setup: Any) -> Position:
+    """Load the newest intact checkpoint of `run_dir` into `executor`: its parameters and
+    its inner optimizer's state; where the run was."""
+    tensors, metadata = checkpoints_file.load_latest(run_dir / "checkpoint.safetensors")
+    if "local" not in metadata:
+        raise checkpoints_file.CheckpointError(
+            f"{run_dir}: the checkpoint is not from a local run (or from one before local "
+            "runs kept their optimizer state), it cannot be resumed"
+        )
+    saved = json.loads(metadata["local"])
+    names = [OPT_PREFIX + spec.name for spec in setup.program.opt_specs]
+    missing = [n for n in [*setup.param_names(), *names] if n not in tensors]
+    if missing:
+        raise checkpoints_file.CheckpointError(
+            f"{run_dir}: the checkpoint has no {missing[0]!r}: is it of another model or "
+            "optimizer than this run's config?"
+        )
+    executor.set_params([tensors[name] for name in setup.param_names()])
+    # a scalar comes back from the file as one value; the learning-rate schedule is this
+    # run's (a larger --steps stretches it), not the checkpoint's
+    fresh = setup.program.init_opt_state([tensors[name] for name in setup.param_names()])
+    state = [
+        now if spec.name == SCHEDULE_TENSOR else tensors[name].reshape(spec.shape)
+        for name, spec, now in zip(names, setup.program.opt_specs, fresh, strict=True)
+    ]
+    executor.set_opt_state(state)
+    log.info("resuming", run_dir=str(run_dir), step=saved["step"])
+    return Position(saved["step"], saved["tokens"])
