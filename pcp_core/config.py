@@ -272,9 +272,9 @@ class ShepherdSettings:
     )
     result_check: str = setting(
         "loss",
-        "loss: score each result by the loss of the model it makes on training batches "
-        "drawn anew each round, and leave out those that gain far less than the others "
-        "(one evaluation of --eval-batches per result and round); none: no such check.",
+        "loss: score each result by the loss of the round's merge with and without it, on "
+        "training batches drawn anew each round, and leave out those the merge is better "
+        "without (one evaluation of --eval-batches per result and round); none: no check.",
         choices=("loss", "none"),
     )
     quarantine_after: int = setting(

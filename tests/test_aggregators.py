@@ -14,8 +14,7 @@ from pcp_core.shepherd.accountability import (
     Policy,
     Score,
     cosines,
-    counted_share,
-    gains,
+    harm,
     norm_ratios,
 )
 from pcp_core.shepherd.robust import lower_median
@@ -100,11 +99,16 @@ def test_scores() -> None:
     assert Score(cosine=-0.5).problem(policy) and Score(norm_ratio=5).problem(policy)
     assert Score(cosine=0.5, norm_ratio=1).problem(policy) is None
     assert Score().problem(policy) is None  # not scored
-    assert Score(gain=-0.6).problem(Policy()) and Score(gain=-0.2).problem(Policy()) is None
-    assert [counted_share(g) for g in (-1, 0, 0.25, 2, math.nan)] == [0, 0, 0.5, 1, 1]
-    assert gains([2.0, 1.0, -1.0], [10, 10, 10]) == [2.0, 1.0, -1.0]  # by the upper median
-    assert gains([1.0, 1.0], [10, 5]) == [1.0, 2.0]  # for its steps
-    assert all(math.isnan(g) for g in gains([-1.0, 0.0], [10, 10]))  # nothing to go by
+    assert Score(harm=9).problem(Policy()) and Score(harm=5).problem(Policy()) is None
+
+
+def test_harm_is_a_paired_t_statistic() -> None:
+    base = np.array([3.0, 2.0, 4.0, 3.5])
+    assert harm(base, base + np.array([0.1, 0.12, 0.09, 0.11])) > 10  # worse, beyond doubt
+    assert harm(base, base - np.array([0.1, 0.12, 0.09, 0.11])) < -10  # better
+    assert abs(harm(base, base + np.array([0.1, -0.1, 0.05, -0.04]))) < 1  # noise
+    assert harm(base, base + 0.5) == math.inf and harm(base, base) == 0
+    assert math.isnan(harm(base[:1], base[:1] + 1))  # one batch: no spread to go by
 
 
 def test_strikes_quarantine_and_their_state() -> None:
@@ -115,7 +119,7 @@ def test_strikes_quarantine_and_their_state() -> None:
     assert not books.is_quarantined("a")
     books.judge(10, ["a"], [Score(norm_ratio=9)])  # the first is forgiven by now
     assert not books.is_quarantined("a")
-    books.judge(11, ["a"], [Score(gain=-2)])
+    books.judge(11, ["a"], [Score(harm=20)])
     assert books.is_quarantined("a") and not books.is_quarantined("b")
     again = Accountability(Policy(quarantine_after=2))
     again.load_state(json.loads(json.dumps(books.state())))  # as a checkpoint keeps it

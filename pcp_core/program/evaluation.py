@@ -46,6 +46,10 @@ class Evaluator:
     def loss(self, params: list[Any], inputs: np.ndarray, targets: np.ndarray) -> float:
         """`params`: host arrays, or what the training executor's `params_snapshot` gave
         (the eval executor is of the same backend, so it takes them where they are)."""
+        return float(np.mean(self.losses(params, inputs, targets)))
+
+    def losses(self, params: list[Any], inputs: np.ndarray, targets: np.ndarray) -> np.ndarray:
+        """The loss of each batch, in float64."""
         executor = self.load()
         executor.set_params(params)
-        return float(np.mean(executor.run(inputs, targets)))
+        return np.asarray(executor.run(inputs, targets), np.float64)

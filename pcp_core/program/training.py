@@ -61,10 +61,10 @@ class TrainingSetup:
         )
         return self.evaluator.loss(params, x, y)
 
-    def scoring_loss(self, params: list[np.ndarray], round_index: int) -> float:
-        """Mean loss over training batches drawn anew each round, so no worker can know
-        them in advance, by the eval program: what a shepherd scores each result by
-        (`pcp_core.shepherd.accountability`)."""
+    def scoring_losses(self, params: list[np.ndarray], round_index: int) -> np.ndarray:
+        """The loss of each of `eval_batches` training batches drawn anew each round, so
+        no worker can know them in advance, by the eval program: what a shepherd scores
+        each result by (`pcp_core.shepherd.accountability`)."""
         x, y = self.corpus.batches(
             "train",
             self.config.eval_batches,
@@ -72,7 +72,7 @@ class TrainingSetup:
             self.model_config["block_size"],
             stream=(self.config.seed, 0x5C0E, round_index),
         )
-        return self.evaluator.loss(params, x, y)
+        return self.evaluator.losses(params, x, y)
 
     def evaluates_after(self, step: int, stride: int) -> bool:
         """Whether to evaluate after a call or round of `stride` steps that ended at `step`:

@@ -1,33 +1,34 @@
-"""Who sent what: each accepted result scored against the round's merge, strikes, and
-quarantine.
+"""Who sent what: each accepted result scored against what attackers do not control,
+strikes, and quarantine.
 
 A robust aggregator bounds what one result can do to a round; it does not say who sent
-the bad one, nor stop them from trying every round. So after each round's merge every
-result gets a score against what attackers do not control (the robust merge of the same
-round, never a window of past results a patient minority fills):
+the bad one, nor stop them from trying every round. So every result is scored against
+the shepherd's own measurements and the robust merge of the same round, never against a
+window of past results that a patient minority fills:
 
 - its norm over its inner steps^0.75 (`step_norm`) against the round's median of those,
   before its tensors are fetched;
-- the loss of the model it makes (the round's parameters minus it) on training batches
-  drawn anew each round, which no worker can know in advance, against the loss of the
-  round's parameters (`gains`): a sign flipped, a random direction, a stale or an
-  overgrown result makes the loss worse, where an honest one lowers it as much as the
-  others' do (as Templar's validators score a peer's work before it counts);
+- what it does to the merge: the loss of the model the round's merge makes, on training
+  batches drawn anew each round that no worker can know in advance, batch by batch
+  against the loss of the merge made without it (`harm`, a paired t statistic): a sign
+  flipped, a stale or an overgrown result makes the merge worse beyond doubt, as
+  Templar's validators score a peer's work before it counts. (An honest worker's own
+  model, trained on its shard, is often worse than the round's parameters on other data;
+  the merge of the workers is not, and one honest result in it seldom hurts it);
 - its cosine with the merge.
 
-A result whose model does not lower the scoring loss is left out of the round (the merge
-is made without it, and its losses do not count); one that lowers it a little counts
-for less (`counted_share`); each is one log line naming the worker and why. An honest
-worker's model now and then gains nothing on batches outside its shard, so that alone
-is no strike. A strike is a result whose gain is under `min_gain` (its model is clearly
-worse than the round's parameters), whose cosine is below `min_cosine`, whose ratio is
-over `max_norm_ratio`, or that is no well-formed pseudo-gradient (a tensor of another
-shape): left out too. A worker with `quarantine_after` strikes within
-QUARANTINE_WINDOW rounds is quarantined: disconnected, refused when it comes back, and
-listed in summary.json. With the `mean` aggregator, which holds no results, only the
-norm is scored; `--result-check none` scores no loss (it costs the shepherd one
-evaluation of `--eval-batches` batches per result and round).
-Strikes and quarantines are checkpointed (`state`), so a resumed run keeps them.
+A result without which the merge is better beyond doubt (t over `leave_out_t`) is left
+out of the round (the merge is made without it, and its losses do not count); one line
+names the worker and why. A strike is one that makes the merge far worse (t over
+`strike_t`), a cosine with the merge below `min_cosine`, a norm ratio over
+`max_norm_ratio`, or a result that is no well-formed pseudo-gradient (a tensor of
+another shape): left out too. A worker with
+`quarantine_after` strikes within QUARANTINE_WINDOW rounds is quarantined:
+disconnected, refused when it comes back, and listed in summary.json. With the `mean`
+aggregator, which holds no results, only the norm is scored; `--result-check none`
+scores no loss (it costs the shepherd one evaluation of `--eval-batches` batches per
+result and round, and needs two or more). Strikes and quarantines are checkpointed
+(`state`), so a resumed run keeps them.
 """
 
 import math
@@ -46,8 +47,8 @@ log = structlog.get_logger(__name__)
 
 MIN_COSINE = 0.0
 MAX_NORM_RATIO = 4.0
-MIN_GAIN = -0.5  # a result whose model makes the scoring loss clearly worse is a strike
-FULL_GAIN = 0.5  # a gain under this counts in proportion, none at all from 0 down
+LEAVE_OUT_T = 3.0  # a result without which the merge's loss is lower by t over this
+STRIKE_T = 8.0  # and by t over this: a strike as well
 QUARANTINE_AFTER = 3
 QUARANTINE_WINDOW = 10  # rounds: strikes older than this are forgiven
 
@@ -56,7 +57,8 @@ QUARANTINE_WINDOW = 10  # rounds: strikes older than this are forgiven
 class Policy:
     min_cosine: float = MIN_COSINE
     max_norm_ratio: float = MAX_NORM_RATIO
-    min_gain: float = MIN_GAIN
+    leave_out_t: float = LEAVE_OUT_T
+    strike_t: float = STRIKE_T
     quarantine_after: int = QUARANTINE_AFTER  # 0: never
 
 
@@ -64,14 +66,14 @@ class Policy:
 class Score:
     cosine: float = math.nan  # with the round's merge (nan: not scored)
     norm_ratio: float = math.nan  # its step norm over the round's median (nan: not scored)
-    gain: float = math.nan  # its loss gain over the round's, for its steps (`gains`)
+    harm: float = math.nan  # how much worse the merge is with it, as a t statistic (`harm`)
 
     def problem(self, policy: Policy) -> str | None:
         """Why this result is a strike, or None."""
-        if self.gain < policy.min_gain:
+        if self.harm > policy.strike_t:
             return (
-                f"the model it makes gains {self.gain:.3g}x the round's loss gain for its "
-                f"steps (at least {policy.min_gain:g}x)"
+                f"the merge has a far lower loss without it (t = {self.harm:.3g}, at most "
+                f"{policy.strike_t:g})"
             )
         if self.cosine < policy.min_cosine:
             return f"cosine with the round's merge {self.cosine:.3f} < {policy.min_cosine:g}"
@@ -111,28 +113,18 @@ def norm_ratios(step_norms: Sequence[float]) -> list[float]:
     return [n / middle if middle > 0 else (math.inf if n > 0 else 1.0) for n in step_norms]
 
 
-def gains(improvements: Sequence[float], steps: Sequence[int]) -> list[float]:
-    """Each result's loss gain (the scoring loss at the round's parameters minus at the
-    model its pseudo-gradient makes) over the round's upper median gain, scaled by its
-    share of the most inner steps any result ran: honest gains grow with steps, at least
-    in proportion to them early on. The upper median is an honest gain or a larger one
-    while at most half of the results are bad, so no minority can lower the bar; nan
-    (not scored) when the round's upper median gain is not positive."""
-    reference = sorted(improvements, reverse=True)[(len(improvements) - 1) // 2]
-    if not reference > 0:
-        return [math.nan] * len(improvements)
-    most = max(steps)
-    return [gain / (reference * s / most) for gain, s in zip(improvements, steps, strict=True)]
-
-
-def counted_share(gain: float) -> float:
-    """How much of its weight a result with `gain` counts for in the merge: in full from
-    FULL_GAIN (honest results' gains spread about it and above), in proportion below,
-    so a result that barely helps (a random direction at the start of a run) barely
-    counts; in full where the round was not scored (nan)."""
-    if math.isnan(gain):
-        return 1.0
-    return min(1.0, max(gain, 0.0) / FULL_GAIN)
+def harm(base: np.ndarray, trial: np.ndarray) -> float:
+    """How much worse the loss of `trial` is than of `base`, batch by batch (each the
+    same batches): the paired t statistic of trial - base, positive where it is worse;
+    nan with fewer than two batches."""
+    differences = np.asarray(trial, np.float64) - np.asarray(base, np.float64)
+    if differences.size < 2:
+        return math.nan
+    spread = float(np.std(differences, ddof=1)) / math.sqrt(differences.size)
+    mean = float(np.mean(differences))
+    if spread == 0:
+        return 0.0 if mean == 0 else math.copysign(math.inf, mean)
+    return mean / spread
 
 
 @dataclass

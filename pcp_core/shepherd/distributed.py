@@ -249,7 +249,7 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: RunSettings) -> It
         join_timeout_s=config.shepherd.join_timeout,
     )
     accountability = Accountability(Policy(quarantine_after=config.shepherd.quarantine_after))
-    scorer = setup.scoring_loss if config.shepherd.result_check == "loss" else None
+    scorer = setup.scoring_losses if config.shepherd.result_check == "loss" else None
     aggregator = ctx.plugins.aggregator(config.shepherd.aggregator)
     node = Shepherd(admission, limits, Merger(aggregator, accountability, scorer))
     node.start()

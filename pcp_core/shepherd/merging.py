@@ -15,14 +15,7 @@ import numpy as np
 import structlog
 
 from pcp_core.aggregators import MEAN, Aggregator, Combiner
-from pcp_core.shepherd.accountability import (
-    FULL_GAIN,
-    Accountability,
-    Score,
-    cosines,
-    counted_share,
-    gains,
-)
+from pcp_core.shepherd.accountability import Accountability, Score, cosines, harm
 from pcp_core.shepherd.aggregation import HeldResults
 from pcp_core.shepherd.rounds import RoundOutcome, RoundPlan
 
@@ -33,8 +26,8 @@ log = structlog.get_logger(__name__)
 class Merger:
     aggregator: Aggregator = MEAN
     accountability: Accountability = field(default_factory=Accountability)
-    # the loss results are scored by (TrainingSetup.scoring_loss); None: not scored
-    scorer: Callable[[list[np.ndarray], int], float] | None = None
+    # each batch's loss results are scored by (TrainingSetup.scoring_losses); None: none
+    scorer: Callable[[list[np.ndarray], int], np.ndarray] | None = None
     revoked: set[str] = field(default_factory=set)  # names revoked while connected
     _combiner: Combiner | None = None
     _before: dict[str, np.ndarray] = field(default_factory=dict)  # its state before the last
@@ -64,87 +57,84 @@ class Merger:
         key: int,
         params: list[np.ndarray],
     ) -> None:
-        """Score the held results (`pcp_core.shepherd.accountability`) and combine the
-        ones not struck into `merged`: first by the loss of the model each makes (a
-        small gain counts for less), then by its cosine with the merge (combined again
-        without the ones that fail)."""
+        """Combine the held results into `merged`, score each against the merge
+        (`pcp_core.shepherd.accountability`: what leaving it out does to the loss, its
+        cosine), and combine again without the ones left out."""
         for worker in [w for w in outcome.results if outcome.senders[w] in self.revoked]:
             leave_out(plan, outcome, worker, "its credential was revoked during the round")
-        counted = {w: 1.0 for w in outcome.results}
-        if self.scorer is not None and outcome.results:
+        shares = self._combine(held, merged, key, outcome)
+        if self.scorer is not None and len(outcome.results) > 1:
             started = time.perf_counter()
-            counted = self._score_gains(plan, outcome, held, params)
+            self._score_losses(plan, outcome, held, merged, params)
             outcome.score_s = time.perf_counter() - started
-        for attempt in range(2):
-            order = sorted(outcome.results)
-            if not order:
-                return
-            deltas = [held.deltas[w] for w in order]
-            weights = [held.weights[w] * counted[w] for w in order]
-            shares = self.combiner.combine(key, deltas, weights, merged)
-            if attempt:
-                break
-            found = cosines(deltas, merged)
-            outcome.cosines = {w: round(c, 4) for w, c in zip(order, found, strict=True)}
-            names = [outcome.senders[w] for w in order]
-            scores = [Score(cosine=c) for c in found]
-            struck = self.accountability.judge(plan.round, names, scores)
-            for worker, name in zip(order, names, strict=True):
-                if name in struck:
-                    leave_out(plan, outcome, worker, struck[name])
-            if not struck:
-                break
-        for worker, share in zip(order, shares or [1.0] * len(order), strict=True):
-            self._down_weighted(plan, outcome, worker, counted[worker] * share)
-
-    def _down_weighted(
-        self, plan: RoundPlan, outcome: RoundOutcome, worker: int, share: float
-    ) -> None:
-        """Record, and log, a result that counted for less than its weight."""
-        if share >= 1.0:
-            return
-        outcome.shares[worker] = share
-        gain = outcome.gains.get(worker)
-        why = (
-            f"its model gains {gain:.3g}x the round's loss gain"
-            if gain is not None and gain < FULL_GAIN
-            else f"far from the others ({self.aggregator.name})"
-        )
-        log.warning(
-            "result down-weighted",
-            worker=outcome.senders[worker],
-            round=plan.round,
-            counted=round(share, 3),
-            reason=f"{why}: counted at {share:.0%}",
-        )
-
-    def _score_gains(
-        self, plan: RoundPlan, outcome: RoundOutcome, held: HeldResults, params: list[np.ndarray]
-    ) -> dict[int, float]:
-        """Leave out the results whose model does not lower the scoring loss (`gains`),
-        striking those that make it clearly worse; the share of its weight each result
-        counts for (a gain under FULL_GAIN in proportion)."""
-        assert self.scorer is not None
+            shares = self._combine(held, merged, key, outcome)
         order = sorted(outcome.results)
-        base = self.scorer(params, plan.round)
-        trial, improvements = list(params), []
-        for worker in order:
-            for delta, index in zip(held.deltas[worker], plan.returned, strict=True):
-                trial[index] = params[index] - delta
-            improvements.append(base - self.scorer(trial, plan.round))
-        steps = [len(outcome.results[w].losses) for w in order]
-        found = gains(improvements, steps)
-        outcome.gains = {w: round(g, 4) for w, g in zip(order, found, strict=True)}
+        found = cosines([held.deltas[w] for w in order], merged) if order else []
+        outcome.cosines = {w: round(c, 4) for w, c in zip(order, found, strict=True)}
         names = [outcome.senders[w] for w in order]
-        struck = self.accountability.judge(plan.round, names, [Score(gain=g) for g in found])
-        shares = {w: counted_share(g) for w, g in zip(order, found, strict=True)}
-        for worker, name, gain in zip(order, names, found, strict=True):
+        struck = self.accountability.judge(plan.round, names, [Score(cosine=c) for c in found])
+        for worker, name in zip(order, names, strict=True):
             if name in struck:
                 leave_out(plan, outcome, worker, struck[name])
-            elif shares[worker] == 0:
-                why = f"the model it makes gains {gain:.3g}x the round's loss gain: nothing"
+        if struck:
+            shares = self._combine(held, merged, key, outcome)
+        for worker, share in shares.items():
+            if share < 1.0:
+                outcome.shares[worker] = share
+                log.warning(
+                    "result down-weighted",
+                    worker=f"worker {worker} ({outcome.senders[worker]})",
+                    round=plan.round,
+                    counted=round(share, 3),
+                    reason=f"far from the others ({self.aggregator.name}): counted at {share:.0%}",
+                )
+
+    def _combine(
+        self, held: HeldResults, merged: list[np.ndarray], key: int, outcome: RoundOutcome
+    ) -> dict[int, float]:
+        """Combine the results still in the round into `merged`; how much each counted."""
+        order = sorted(outcome.results)
+        if not order:
+            return {}
+        deltas, weights = [held.deltas[w] for w in order], [held.weights[w] for w in order]
+        shares = self.combiner.combine(key, deltas, weights, merged)
+        return dict(zip(order, shares or [1.0] * len(order), strict=True))
+
+    def _score_losses(
+        self,
+        plan: RoundPlan,
+        outcome: RoundOutcome,
+        held: HeldResults,
+        merged: list[np.ndarray],
+        params: list[np.ndarray],
+    ) -> None:
+        """Leave out the results without which the merge's model has a lower loss beyond
+        doubt (`harm`), striking those whose share of the merge makes it far worse.
+
+        Without result i the merge is taken as (W merged - w_i x_i) / (W - w_i): the
+        weighted mean's own, and for a robust merge it takes out all of a result the
+        aggregator may have counted for less, so a result it clipped looks no better."""
+        assert self.scorer is not None
+        returned = plan.returned
+        trial = list(params)
+        for array, index in zip(merged, returned, strict=True):
+            trial[index] = params[index] - array
+        with_all = self.scorer(trial, plan.round)
+        total = float(sum(held.weights[w] for w in outcome.results))
+        for worker in sorted(outcome.results):
+            weight = held.weights[worker]
+            for array, delta, index in zip(merged, held.deltas[worker], returned, strict=True):
+                without = (total * array - weight * delta) / (total - weight)
+                trial[index] = params[index] - without
+            found = harm(self.scorer(trial, plan.round), with_all)
+            outcome.harms[worker] = round(found, 3)
+            name = outcome.senders[worker]
+            struck = self.accountability.judge(plan.round, [name], [Score(harm=found)])
+            if name in struck:
+                leave_out(plan, outcome, worker, struck[name])
+            elif found > self.accountability.policy.leave_out_t:
+                why = f"the merge has a lower loss without it (t = {found:.3g})"
                 leave_out(plan, outcome, worker, why)
-        return shares
 
 
 def leave_out(plan: RoundPlan, outcome: RoundOutcome, worker: int, why: str) -> None:

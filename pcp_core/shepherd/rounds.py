@@ -75,7 +75,7 @@ class RoundOutcome:
     # how much each accepted result counted in the merge, where the aggregator says (0-1)
     shares: dict[int, float] = field(default_factory=dict)
     cosines: dict[int, float] = field(default_factory=dict)  # each result's with the merge
-    gains: dict[int, float] = field(default_factory=dict)  # each result's loss gain, relative
+    harms: dict[int, float] = field(default_factory=dict)  # each result's model, worse by t
     score_s: float = 0.0  # the shepherd's evaluations that scored the results
     non_finite: set[int] = field(default_factory=set)  # rejected for NaN or Inf
     lost: list[WorkerLink] = field(default_factory=list)  # disconnected: dead, late, broken

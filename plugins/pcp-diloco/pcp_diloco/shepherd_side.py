@@ -270,7 +270,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 "ahead": sum(result.ahead for result in outcome.results.values()),
                 "rejected": {str(w): why for w, why in sorted(outcome.rejected.items())},
                 "cosines": {str(w): c for w, c in sorted(outcome.cosines.items())},
-                "gains": {str(w): g for w, g in sorted(outcome.gains.items())},
+                "harms": {str(w): h for w, h in sorted(outcome.harms.items())},
                 "score_s": round(outcome.score_s, 4),
                 # results the aggregator counted less than in full (0-1)
                 "down_weighted": {
