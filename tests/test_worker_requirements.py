@@ -28,6 +28,8 @@ def test_the_worker_list_is_the_packages_own_minus_jax_and_the_compiler() -> Non
     third_party = {r for r in declared if not name(r).startswith("pcp-")}
     assert set(listed) <= third_party, set(listed) - third_party  # as declared, pins included
     assert not {name(r) for r in listed} & LEFT_OUT
-    # what the worker plugins need is all there (matplotlib draws plots on the shepherd)
-    needed = {r for r in third_party if name(r) not in LEFT_OUT | {"matplotlib"}}
+    # what the worker plugins need is all there (matplotlib draws plots on the shepherd,
+    # cryptography derives workers' credentials there)
+    shepherds = {"matplotlib", "cryptography"}
+    needed = {r for r in third_party if name(r) not in LEFT_OUT | shepherds}
     assert needed <= set(listed), needed - set(listed)
