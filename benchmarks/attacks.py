@@ -134,7 +134,7 @@ def first_named_round(log: str) -> int | None:
     rounds = []
     for line in log.splitlines():
         if "attacker-" in line and any(event in line for event in NAMING):
-            found = re.search(r'"round": (\d+)', line)
+            found = re.search(r'\bround"?[=:] ?(\d+)', line)  # console or JSON lines
             if found:
                 rounds.append(int(found.group(1)))
     return min(rounds) if rounds else None

@@ -61,7 +61,7 @@ def first_named(log: str) -> int | None:
         int(match.group(1))
         for line in log.splitlines()
         if "attacker-" in line and any(event in line for event in NAMING)
-        if (match := re.search(r'"round": (\d+)', line))
+        if (match := re.search(r'\bround"?[=:] ?(\d+)', line))  # console or JSON lines
     ]
     return min(rounds) if rounds else None
 
