@@ -14,6 +14,7 @@ from pcp_core.shepherd.accountability import (
     Policy,
     Score,
     cosines,
+    cost,
     harm,
     norm_ratios,
 )
@@ -99,7 +100,15 @@ def test_scores() -> None:
     assert Score(cosine=-0.5).problem(policy) and Score(norm_ratio=5).problem(policy)
     assert Score(cosine=0.5, norm_ratio=1).problem(policy) is None
     assert Score().problem(policy) is None  # not scored
-    assert Score(harm=9).problem(Policy()) and Score(harm=5).problem(Policy()) is None
+    assert Score(harm=9, cost=0.5).problem(Policy())
+    assert Score(harm=9, cost=0.05).problem(Policy()) is None  # beyond doubt, but small
+    assert Score(harm=5, cost=0.5).problem(Policy()) is None
+    assert Score(harm=5, cost=0.5).left_out(Policy()) and not Score(harm=2, cost=1).left_out(
+        Policy()
+    )
+    base, merged = np.array([3.0, 3.0]), np.array([2.0, 2.0])  # the round gains 1
+    assert cost(base, merged, merged - 0.5) == 0.5 and cost(base, merged, merged + 0.5) == -0.5
+    assert cost(merged, base, base - 0.1) == math.inf  # no gain, and worse with it
 
 
 def test_harm_is_a_paired_t_statistic() -> None:
@@ -119,7 +128,7 @@ def test_strikes_quarantine_and_their_state() -> None:
     assert not books.is_quarantined("a")
     books.judge(10, ["a"], [Score(norm_ratio=9)])  # the first is forgiven by now
     assert not books.is_quarantined("a")
-    books.judge(11, ["a"], [Score(harm=20)])
+    books.judge(11, ["a"], [Score(harm=20, cost=1)])
     assert books.is_quarantined("a") and not books.is_quarantined("b")
     again = Accountability(Policy(quarantine_after=2))
     again.load_state(json.loads(json.dumps(books.state())))  # as a checkpoint keeps it

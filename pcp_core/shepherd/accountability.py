@@ -17,10 +17,12 @@ window of past results that a patient minority fills:
   the merge of the workers is not, and one honest result in it seldom hurts it);
 - its cosine with the merge.
 
-A result without which the merge is better beyond doubt (t over `leave_out_t`) is left
-out of the round (the merge is made without it, and its losses do not count); one line
-names the worker and why. A strike is one that makes the merge far worse (t over
-`strike_t`), a cosine with the merge below `min_cosine`, a norm ratio over
+A result without which the merge is better beyond doubt (t over `leave_out_t`) and by a
+share of the round's gain that matters (`cost` over `leave_out_cost`: small changes to
+the merge are significant on every batch alike) is left out of the round (the merge is
+made without it, and its losses do not count); one line names the worker and why. A
+strike is one that makes the merge far worse (t over `strike_t`, cost over
+`strike_cost`), a cosine with the merge below `min_cosine`, a norm ratio over
 `max_norm_ratio`, or a result that is no well-formed pseudo-gradient (a tensor of
 another shape): left out too. A worker with
 `quarantine_after` strikes within QUARANTINE_WINDOW rounds is quarantined:
@@ -47,8 +49,10 @@ log = structlog.get_logger(__name__)
 
 MIN_COSINE = 0.0
 MAX_NORM_RATIO = 4.0
-LEAVE_OUT_T = 3.0  # a result without which the merge's loss is lower by t over this
-STRIKE_T = 8.0  # and by t over this: a strike as well
+# a result without which the merge's loss is lower by t over LEAVE_OUT_T and by over
+# LEAVE_OUT_COST of the round's gain is left out; over STRIKE_T and STRIKE_COST, struck
+LEAVE_OUT_T, LEAVE_OUT_COST = 3.0, 0.1
+STRIKE_T, STRIKE_COST = 8.0, 0.25
 QUARANTINE_AFTER = 3
 QUARANTINE_WINDOW = 10  # rounds: strikes older than this are forgiven
 
@@ -58,7 +62,9 @@ class Policy:
     min_cosine: float = MIN_COSINE
     max_norm_ratio: float = MAX_NORM_RATIO
     leave_out_t: float = LEAVE_OUT_T
+    leave_out_cost: float = LEAVE_OUT_COST
     strike_t: float = STRIKE_T
+    strike_cost: float = STRIKE_COST
     quarantine_after: int = QUARANTINE_AFTER  # 0: never
 
 
@@ -67,13 +73,14 @@ class Score:
     cosine: float = math.nan  # with the round's merge (nan: not scored)
     norm_ratio: float = math.nan  # its step norm over the round's median (nan: not scored)
     harm: float = math.nan  # how much worse the merge is with it, as a t statistic (`harm`)
+    cost: float = math.nan  # the same as a share of the round's loss gain (`cost`)
 
     def problem(self, policy: Policy) -> str | None:
         """Why this result is a strike, or None."""
-        if self.harm > policy.strike_t:
+        if self.harm > policy.strike_t and self.cost > policy.strike_cost:
             return (
-                f"the merge has a far lower loss without it (t = {self.harm:.3g}, at most "
-                f"{policy.strike_t:g})"
+                f"the merge has a far lower loss without it ({self.cost:.0%} of the round's "
+                f"gain, t = {self.harm:.3g})"
             )
         if self.cosine < policy.min_cosine:
             return f"cosine with the round's merge {self.cosine:.3f} < {policy.min_cosine:g}"
@@ -81,6 +88,15 @@ class Score:
             return (
                 f"norm {self.norm_ratio:.3g}x the round's median (at most "
                 f"{policy.max_norm_ratio:g}x)"
+            )
+        return None
+
+    def left_out(self, policy: Policy) -> str | None:
+        """Why this result is left out of the round without a strike, or None."""
+        if self.harm > policy.leave_out_t and self.cost > policy.leave_out_cost:
+            return (
+                f"the merge has a lower loss without it ({self.cost:.0%} of the round's "
+                f"gain, t = {self.harm:.3g})"
             )
         return None
 
@@ -111,6 +127,17 @@ def norm_ratios(step_norms: Sequence[float]) -> list[float]:
     median only as far as the nearest honest values)."""
     middle = statistics.median(step_norms)
     return [n / middle if middle > 0 else (math.inf if n > 0 else 1.0) for n in step_norms]
+
+
+def cost(before: np.ndarray, with_all: np.ndarray, without: np.ndarray) -> float:
+    """What a result costs the merge, as a share of the round's loss gain: (loss with it
+    - loss without it) / (loss before the round - loss with it), in means over the
+    batches; inf where the merge gains nothing and is worse with it."""
+    loss = float(np.mean(with_all) - np.mean(without))
+    gain = float(np.mean(before) - np.mean(with_all))
+    if gain <= 0:
+        return math.inf if loss > 0 else 0.0
+    return loss / gain
 
 
 def harm(base: np.ndarray, trial: np.ndarray) -> float:

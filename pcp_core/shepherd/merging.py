@@ -15,7 +15,7 @@ import numpy as np
 import structlog
 
 from pcp_core.aggregators import MEAN, Aggregator, Combiner
-from pcp_core.shepherd.accountability import Accountability, Score, cosines, harm
+from pcp_core.shepherd.accountability import Accountability, Score, cosines, cost, harm
 from pcp_core.shepherd.aggregation import HeldResults
 from pcp_core.shepherd.rounds import RoundOutcome, RoundPlan
 
@@ -108,14 +108,16 @@ class Merger:
         merged: list[np.ndarray],
         params: list[np.ndarray],
     ) -> None:
-        """Leave out the results without which the merge's model has a lower loss beyond
-        doubt (`harm`), striking those whose share of the merge makes it far worse.
+        """Leave out the results without which the merge's model has a lower loss, beyond
+        doubt (`harm`) and by a share of the round's gain that matters (`cost`),
+        striking those whose share of the merge makes it far worse.
 
         Without result i the merge is taken as (W merged - w_i x_i) / (W - w_i): the
         weighted mean's own, and for a robust merge it takes out all of a result the
         aggregator may have counted for less, so a result it clipped looks no better."""
         assert self.scorer is not None
         returned = plan.returned
+        before = self.scorer(params, plan.round)
         trial = list(params)
         for array, index in zip(merged, returned, strict=True):
             trial[index] = params[index] - array
@@ -126,14 +128,15 @@ class Merger:
             for array, delta, index in zip(merged, held.deltas[worker], returned, strict=True):
                 without = (total * array - weight * delta) / (total - weight)
                 trial[index] = params[index] - without
-            found = harm(self.scorer(trial, plan.round), with_all)
-            outcome.harms[worker] = round(found, 3)
+            without = self.scorer(trial, plan.round)
+            score = Score(harm=harm(without, with_all), cost=cost(before, with_all, without))
+            outcome.harms[worker] = round(score.harm, 3)
+            outcome.costs[worker] = round(score.cost, 4)
             name = outcome.senders[worker]
-            struck = self.accountability.judge(plan.round, [name], [Score(harm=found)])
+            struck = self.accountability.judge(plan.round, [name], [score])
             if name in struck:
                 leave_out(plan, outcome, worker, struck[name])
-            elif found > self.accountability.policy.leave_out_t:
-                why = f"the merge has a lower loss without it (t = {found:.3g})"
+            elif why := score.left_out(self.accountability.policy):
                 leave_out(plan, outcome, worker, why)
 
 

@@ -75,7 +75,9 @@ class RoundOutcome:
     # how much each accepted result counted in the merge, where the aggregator says (0-1)
     shares: dict[int, float] = field(default_factory=dict)
     cosines: dict[int, float] = field(default_factory=dict)  # each result's with the merge
-    harms: dict[int, float] = field(default_factory=dict)  # each result's model, worse by t
+    # what each result does to the merge's loss: as a t statistic, as a share of the gain
+    harms: dict[int, float] = field(default_factory=dict)
+    costs: dict[int, float] = field(default_factory=dict)
     score_s: float = 0.0  # the shepherd's evaluations that scored the results
     non_finite: set[int] = field(default_factory=set)  # rejected for NaN or Inf
     lost: list[WorkerLink] = field(default_factory=list)  # disconnected: dead, late, broken

@@ -120,14 +120,17 @@ class Shepherd:
         """Disconnect a worker as soon as its credential is revoked: the round in flight
         loses it (its result does not count), and admission refuses it from now on."""
         while not self.admission.closing.wait(REVOCATION_POLL_S):
-            revoked = self.admission.keys.revoked_now()
-            for link in list(self.links.values()):
-                if (link.hello.worker_name, link.hello.credential) in revoked:
-                    log.warning("credential revoked; disconnecting the worker", worker=link.label)
-                    self.merger.revoked.add(link.hello.worker_name)
-                    link.conn.close()
+            self._disconnect_revoked()
 
-    # -- who takes part -------------------------------------------------------------------
+    def _disconnect_revoked(self) -> None:
+        """Close the connections of workers whose credential is revoked (also checked as
+        each round starts, so a revocation takes effect within one round however short)."""
+        revoked = self.admission.keys.revoked_now()
+        for link in list(self.links.values()):
+            if (link.hello.worker_name, link.hello.credential) in revoked:
+                log.warning("credential revoked; disconnecting the worker", worker=link.label)
+                self.merger.revoked.add(link.hello.worker_name)
+                link.conn.close()
 
     def admit_returning(self) -> None:
         """Take in workers that (re)joined since the last round."""
@@ -236,6 +239,7 @@ class Shepherd:
             self._sums = [np.zeros(spec.shape, np.float64) for spec in specs]
         attempt, refused_only = first_attempt, 0
         while True:
+            self._disconnect_revoked()
             self._wait_for_quorum(round_index)
             links = sorted(self.links.values(), key=lambda link: link.index)
             assignments, changed = {}, set()

@@ -271,6 +271,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 "rejected": {str(w): why for w, why in sorted(outcome.rejected.items())},
                 "cosines": {str(w): c for w, c in sorted(outcome.cosines.items())},
                 "harms": {str(w): h for w, h in sorted(outcome.harms.items())},
+                "costs": {str(w): c for w, c in sorted(outcome.costs.items())},
                 "score_s": round(outcome.score_s, 4),
                 # results the aggregator counted less than in full (0-1)
                 "down_weighted": {

@@ -38,9 +38,9 @@ def test_a_worker_revoked_mid_run_is_out_within_a_round(
     assert shared.wait(120) != 0
     assert "own credential" in shared.err(), shared.err()[-2000:]
     e2e.wait_for(lambda: len(e2e.metrics(out)) >= 3, 240, "three rounds")
-    revoked_at = len(e2e.metrics(out))
     command = [sys.executable, "-m", "pcp_core", "token", "revoke", "bob", "--issuer-key", str(key)]
     subprocess.run(command, check=True, capture_output=True, timeout=120)
+    revoked_at = len(e2e.metrics(out))  # rounds recorded once the revocation is written
     e2e.wait_for(
         lambda: any(r["workers"] == 1 for r in e2e.metrics(out)[revoked_at:]),
         120,
