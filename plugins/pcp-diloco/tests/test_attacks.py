@@ -108,8 +108,9 @@ def test_an_attack_costs_the_run_little_and_is_named(
         index = re.search(rf"worker (\d+) \(attacker-{i},", log)
         assert index is not None, log[-3000:]
         after = records[named:]
+        worker = index.group(1)
         counted = [
-            r for r in after if index.group(1) in r["worker_steps"] and not r["down_weighted"]
+            r for r in after if worker in r["worker_steps"] and worker not in r["down_weighted"]
         ]
         assert len(counted) <= len(after) // 2, (len(counted), len(after))
     # the run's training loss is the accepted results' only
