@@ -92,8 +92,8 @@ def test_config_precedence_and_errors(tmp_path: Path) -> None:
         ({"weight_decay": -0.1}, "adamw.weight_decay must not be negative, got -0.1"),
         ({"grad_clip": -1.0}, "grad_clip must not be negative, got -1.0"),
         ({"join_timeout": -1.0}, "shepherd.join_timeout must not be negative, got -1.0"),
-        ({"worker_timeout": -5.0}, "shepherd.worker_timeout must be positive, got -5.0"),
-        ({"round_timeout": -5.0}, "shepherd.round_timeout must be positive, got -5.0"),
+        ({"worker_timeout": -5.0}, "shepherd.worker_timeout must be at least 1, got -5.0"),
+        ({"round_timeout": 1e-6}, "shepherd.round_timeout must be at least 1, got 1e-06"),
         ({"lr": 1e-3, "min_lr": 1e-2}, "min_lr must not be above lr, got min_lr 0.01 and lr 0.001"),
     ],
 )
