@@ -10,11 +10,11 @@ import pytest
 from tests.conftest import run_pcp
 
 
-@pytest.mark.parametrize("timeout", ["nan", "inf", "0", "-1", "1e308"])
+@pytest.mark.parametrize("timeout", ["nan", "inf", "0", "-1", "0.001", "1e308"])
 def test_worker_timeout_must_be_a_positive_number(timeout: str) -> None:
     result = run_pcp("worker", "--connect", "127.0.0.1:9", "--timeout", timeout)
     assert result.returncode == 2, result.stderr
-    assert "--timeout must be from 0 to 604800 seconds" in result.stderr
+    assert "--timeout must be from 1 to 604800 seconds" in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1, result.stderr
 
 
