@@ -23,7 +23,8 @@ float32 with AdamW:
   embedding gradient's one-hot matrix. bf16 runs keep float32 activations (products
   accumulate in float32), so the same figure holds. With `remat` (`--remat blocks`) a
   layer keeps only its input, `batch * block * n_embd`, and one layer's activations are
-  alive at a time while the backward pass recomputes them.
+  alive at a time while the backward pass recomputes them: where the compiler keeps the
+  recomputation apart (XLA's CPU compiler merges it back; docs/gpu.md).
 
 Left out: the compiler's scratch space and what fusion saves, the runtime's own memory,
 the token batches. Read it as the order of magnitude, not a limit.
