@@ -15,7 +15,8 @@ window of past results that a patient minority fills:
   Templar's validators score a peer's work before it counts. (An honest worker's own
   model, trained on its shard, is often worse than the round's parameters on other data;
   the merge of the workers is not, and one honest result in it seldom hurts it);
-- its cosine with the merge.
+- its cosine with the merge (with three results or more: of two that disagree, there is
+  no telling which is wrong).
 
 A result without which the merge is better beyond doubt (t over `leave_out_t`) and by a
 share of the round's gain that matters (`cost` over `leave_out_cost`: small changes to

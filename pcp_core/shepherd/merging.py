@@ -65,11 +65,13 @@ class Merger:
         shares = self._combine(held, merged, key, outcome)
         if self.scorer is not None and len(outcome.results) > 1:
             started = time.perf_counter()
-            self._score_losses(plan, outcome, held, merged, params)
+            self._score_losses(plan, outcome, held, merged, params, key)
             outcome.score_s = time.perf_counter() - started
             shares = self._combine(held, merged, key, outcome)
         order = sorted(outcome.results)
-        found = cosines([held.deltas[w] for w in order], merged) if order else []
+        # with two results, one against the other, there is no telling which is wrong
+        found = cosines([held.deltas[w] for w in order], merged) if len(order) > 2 else []
+        order = order if found else []
         outcome.cosines = {w: round(c, 4) for w, c in zip(order, found, strict=True)}
         names = [outcome.senders[w] for w in order]
         struck = self.accountability.judge(plan.round, names, [Score(cosine=c) for c in found])
@@ -107,14 +109,14 @@ class Merger:
         held: HeldResults,
         merged: list[np.ndarray],
         params: list[np.ndarray],
+        key: int,
     ) -> None:
         """Leave out the results without which the merge's model has a lower loss, beyond
         doubt (`harm`) and by a share of the round's gain that matters (`cost`),
         striking those whose share of the merge makes it far worse.
 
-        Without result i the merge is taken as (W merged - w_i x_i) / (W - w_i): the
-        weighted mean's own, and for a robust merge it takes out all of a result the
-        aggregator may have counted for less, so a result it clipped looks no better."""
+        The merge without a result is the aggregator's of the others (one more merge a
+        result: the aggregator changes no state in `combine`)."""
         assert self.scorer is not None
         returned = plan.returned
         before = self.scorer(params, plan.round)
@@ -122,12 +124,14 @@ class Merger:
         for array, index in zip(merged, returned, strict=True):
             trial[index] = params[index] - array
         with_all = self.scorer(trial, plan.round)
-        total = float(sum(held.weights[w] for w in outcome.results))
-        for worker in sorted(outcome.results):
-            weight = held.weights[worker]
-            for array, delta, index in zip(merged, held.deltas[worker], returned, strict=True):
-                without = (total * array - weight * delta) / (total - weight)
-                trial[index] = params[index] - without
+        order = sorted(outcome.results)
+        others = [np.empty_like(array) for array in merged]
+        for worker in order:
+            rest = [w for w in order if w != worker]
+            deltas, weights = [held.deltas[w] for w in rest], [held.weights[w] for w in rest]
+            self.combiner.combine(key, deltas, weights, others)
+            for array, index in zip(others, returned, strict=True):
+                trial[index] = params[index] - array
             without = self.scorer(trial, plan.round)
             score = Score(harm=harm(without, with_all), cost=cost(before, with_all, without))
             outcome.harms[worker] = round(score.harm, 3)

@@ -80,12 +80,13 @@ def test_huge_values_behind_an_ordinary_norm_are_refused(
 def test_a_poisoned_first_round_is_rolled_back(
     e2e: Any, tiny: tuple[str, ...], token_file: Path, tmp_path: Path
 ) -> None:
-    """Two workers, one sending 1e30 everywhere from round 0 with its true norm: with
-    two norms there is no telling who is the outlier, so its result is summed; the
-    outer step's norm is then implausible, the step is undone, the round runs again
-    without it (a warning names it), later rounds refuse it by its norm, and the run
-    ends with sane parameters."""
-    log, out = run_with_bad_workers(e2e, tiny, token_file, tmp_path, 1, ["huge-first"])
+    """Two workers under the plain mean, one sending 1e30 everywhere from round 0 with its
+    true norm: with two norms there is no telling who is the outlier, so its result is
+    summed; the outer step's norm is then implausible, the step is undone, the round runs
+    again without it (a warning names it), later rounds refuse it by its norm, and the
+    run ends with sane parameters. (The default aggregator clips it from the start.)"""
+    trusting = ("--aggregator", "mean", "--result-check", "none")
+    log, out = run_with_bad_workers(e2e, tiny, token_file, tmp_path, 1, ["huge-first"], *trusting)
     rolled = lines_with(log, "outer step rolled back", "bad-huge-first")
     assert rolled and "round=0" in rolled[0], log[-5000:]
     assert lines_with(log, "result rejected", "bad-huge-first", "excluded from this round")
@@ -93,4 +94,20 @@ def test_a_poisoned_first_round_is_rolled_back(
     records = e2e.metrics(out)
     assert [r["round"] for r in records] == list(range(6))
     assert all(r["workers"] == 1 for r in records), records
+    assert_sane_checkpoint(out)
+
+
+def test_a_poisoned_first_round_under_the_default_aggregator(
+    e2e: Any, tiny: tuple[str, ...], token_file: Path, tmp_path: Path
+) -> None:
+    """The same attack under the defaults: centered clipping counts the 1e30 result as at
+    most the honest one's distance from the last merge, and the merge without it is the
+    better one, so it is left out or counted for nothing from round 0 on, named in every
+    round, and the run ends with sane parameters without a step to undo."""
+    log, out = run_with_bad_workers(e2e, tiny, token_file, tmp_path, 1, ["huge-first"])
+    named = [line for line in log.splitlines() if "bad-huge-first" in line and "round=" in line]
+    named = [line for line in named if "left out" in line or "down-weighted" in line]
+    assert any("round=0" in line for line in named), log[-5000:]
+    assert not lines_with(log, "outer step rolled back")
+    assert len(e2e.metrics(out)) == 6
     assert_sane_checkpoint(out)
