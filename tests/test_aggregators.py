@@ -10,13 +10,16 @@ import pytest
 
 from pcp_core import plugins
 from pcp_core.shepherd.accountability import (
+    SKETCH_VALUES,
     Accountability,
     Policy,
+    Replays,
     Score,
     cosines,
     cost,
     harm,
     norm_ratios,
+    sketch,
 )
 from pcp_core.shepherd.robust import lower_median
 from pcp_core.testing import AggregatorConformance
@@ -137,3 +140,14 @@ def test_strikes_quarantine_and_their_state() -> None:
     for round_index in range(5):
         never.judge(round_index, ["a"], [Score(cosine=-1)])
     assert not never.quarantined
+
+
+def test_a_replayed_result_is_found() -> None:
+    replays = Replays()
+    first, second = deltas(2, seed=11)
+    assert replays.replayed("w", 0, first) is None  # nothing to compare with yet
+    assert replays.replayed("w", 0, second) is None  # a new result
+    assert replays.replayed("w", 0, [a.copy() for a in second]) == pytest.approx(1.0)
+    assert replays.replayed("v", 0, second) is None  # another sender
+    assert replays.replayed("w", 1, second) is None  # another part of the model
+    assert sketch(second).size <= 2 * SKETCH_VALUES

@@ -16,7 +16,8 @@ window of past results that a patient minority fills:
   model, trained on its shard, is often worse than the round's parameters on other data;
   the merge of the workers is not, and one honest result in it seldom hurts it);
 - its cosine with the merge (with three results or more: of two that disagree, there is
-  no telling which is wrong).
+  no telling which is wrong);
+- whether it is the result its sender sent the round before (`Replays`).
 
 A result without which the merge is better beyond doubt (t over `leave_out_t`) and by a
 share of the round's gain that matters (`cost` over `leave_out_cost`: small changes to
@@ -24,7 +25,8 @@ the merge are significant on every batch alike) is left out of the round (the me
 made without it, and its losses do not count); one line names the worker and why. A
 strike is one that makes the merge far worse (t over `strike_t`, cost over
 `strike_cost`), a cosine with the merge below `min_cosine`, a norm ratio over
-`max_norm_ratio`, or a result that is no well-formed pseudo-gradient (a tensor of
+`max_norm_ratio`, a replay of the sender's last result, or a result that is no
+well-formed pseudo-gradient (a tensor of
 another shape): left out too. A worker with
 `quarantine_after` strikes within QUARANTINE_WINDOW rounds is quarantined:
 disconnected, refused when it comes back, and listed in summary.json. With the `mean`
@@ -54,6 +56,8 @@ MAX_NORM_RATIO = 4.0
 # LEAVE_OUT_COST of the round's gain is left out; over STRIKE_T and STRIKE_COST, struck
 LEAVE_OUT_T, LEAVE_OUT_COST = 3.0, 0.1
 STRIKE_T, STRIKE_COST = 8.0, 0.25
+REPEAT_COSINE = 0.999  # a result this close to its sender's last one is a replay
+SKETCH_VALUES = 4096  # values of a result kept to compare its sender's next one with
 QUARANTINE_AFTER = 3
 QUARANTINE_WINDOW = 10  # rounds: strikes older than this are forgiven
 
@@ -100,6 +104,38 @@ class Score:
                 f"gain, t = {self.harm:.3g})"
             )
         return None
+
+
+def sketch(delta: Delta) -> np.ndarray:
+    """About SKETCH_VALUES values of a result, spread evenly over its tensors, in float64:
+    enough to tell a replayed result from a new one (`Replays`)."""
+    total = sum(array.size for array in delta)
+    stride = max(1, total // SKETCH_VALUES)
+    parts = [np.ravel(array)[::stride] for array in delta]
+    return np.concatenate(parts).astype(np.float64) if parts else np.zeros(0)
+
+
+@dataclass
+class Replays:
+    """Each sender's last result, sketched: a worker that sends what it sent the round
+    before (a lazy worker replaying an old pseudo-gradient instead of training) is found
+    by the cosine of the two, over REPEAT_COSINE. Honest results of two rounds differ
+    (other data, other parameters). Kept by sender and by the part of the model a round
+    returns; not checkpointed: a resumed run compares afresh."""
+
+    last: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
+
+    def replayed(self, name: str, key: int, delta: Delta) -> float | None:
+        """The cosine with `name`'s last result of part `key` where over REPEAT_COSINE,
+        else None; `delta` becomes its last."""
+        now = sketch(delta)
+        before = self.last.get((name, key))
+        self.last[name, key] = now
+        if before is None or before.shape != now.shape:
+            return None
+        norms = float(np.linalg.norm(now) * np.linalg.norm(before))
+        cosine = float(np.dot(now, before) / norms) if norms > 0 else 0.0
+        return cosine if cosine > REPEAT_COSINE else None
 
 
 def cosines(deltas: Sequence[Delta], merged: Delta) -> list[float]:

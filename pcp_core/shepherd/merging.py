@@ -15,7 +15,14 @@ import numpy as np
 import structlog
 
 from pcp_core.aggregators import MEAN, Aggregator, Combiner
-from pcp_core.shepherd.accountability import Accountability, Score, cosines, cost, harm
+from pcp_core.shepherd.accountability import (
+    Accountability,
+    Replays,
+    Score,
+    cosines,
+    cost,
+    harm,
+)
 from pcp_core.shepherd.aggregation import HeldResults
 from pcp_core.shepherd.rounds import RoundOutcome, RoundPlan
 
@@ -29,6 +36,7 @@ class Merger:
     # each batch's loss results are scored by (TrainingSetup.scoring_losses); None: none
     scorer: Callable[[list[np.ndarray], int], np.ndarray] | None = None
     revoked: set[str] = field(default_factory=set)  # names revoked while connected
+    replays: Replays = field(default_factory=Replays)
     _combiner: Combiner | None = None
     _before: dict[str, np.ndarray] = field(default_factory=dict)  # its state before the last
 
@@ -62,6 +70,14 @@ class Merger:
         cosine), and combine again without the ones left out."""
         for worker in [w for w in outcome.results if outcome.senders[w] in self.revoked]:
             leave_out(plan, outcome, worker, "its credential was revoked during the round")
+        for worker in sorted(outcome.results):
+            name = outcome.senders[worker]
+            cosine = self.replays.replayed(name, key, held.deltas[worker])
+            if cosine is not None:
+                problem = f"the result it sent the round before again (cosine {cosine:.4f})"
+                leave_out(
+                    plan, outcome, worker, self.accountability.strike(plan.round, name, problem)
+                )
         shares = self._combine(held, merged, key, outcome)
         if self.scorer is not None and len(outcome.results) > 1:
             started = time.perf_counter()
