@@ -66,8 +66,8 @@ def first_named(log: str) -> int | None:
     return min(rounds) if rounds else None
 
 
-# (attack, attackers, workers, the final loss it may cost): 3% where PCP meets it; the
-# stale replay and two colluding ratchets of four still cost more (docs/security.md)
+# (attack, attackers, workers, the final loss it may cost): 3% where PCP meets it; two
+# colluding ratchets of four, half the workers, still cost more (docs/security.md)
 ATTACKS = [
     ("flip:1", 1, 4, 0.03),
     ("flip:5", 1, 4, 0.03),
@@ -76,7 +76,7 @@ ATTACKS = [
     ("ratchet:1.5", 1, 4, 0.03),
     ("ratchet:1.5", 2, 4, 0.12),
     ("flip:1", 2, 4, 0.03),
-    ("lazy", 1, 4, 0.12),
+    ("lazy", 1, 4, 0.03),
     ("transpose", 1, 4, 0.03),
 ]
 
