@@ -145,9 +145,10 @@ def test_strikes_quarantine_and_their_state() -> None:
 def test_a_replayed_result_is_found() -> None:
     replays = Replays()
     first, second = deltas(2, seed=11)
-    assert replays.replayed("w", 0, first) is None  # nothing to compare with yet
-    assert replays.replayed("w", 0, second) is None  # a new result
-    assert replays.replayed("w", 0, [a.copy() for a in second]) == pytest.approx(1.0)
-    assert replays.replayed("v", 0, second) is None  # another sender
-    assert replays.replayed("w", 1, second) is None  # another part of the model
+    assert replays.replayed("w", 0, 0, first) is None  # nothing to compare with yet
+    assert replays.replayed("w", 0, 1, second) is None  # a new result
+    assert replays.replayed("w", 0, 1, second) is None  # the round run again: no replay
+    assert replays.replayed("w", 0, 2, [a.copy() for a in second]) == pytest.approx(1.0)
+    assert replays.replayed("v", 0, 3, second) is None  # another sender
+    assert replays.replayed("w", 1, 3, second) is None  # another part of the model
     assert sketch(second).size <= 2 * SKETCH_VALUES

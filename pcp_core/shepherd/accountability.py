@@ -120,19 +120,21 @@ class Replays:
     """Each sender's last result, sketched: a worker that sends what it sent the round
     before (a lazy worker replaying an old pseudo-gradient instead of training) is found
     by the cosine of the two, over REPEAT_COSINE. Honest results of two rounds differ
-    (other data, other parameters). Kept by sender and by the part of the model a round
+    (other data, other parameters); a round run again (a new attempt) gives the same
+    result again, which is no replay. Kept by sender and by the part of the model a round
     returns; not checkpointed: a resumed run compares afresh."""
 
-    last: dict[tuple[str, int], np.ndarray] = field(default_factory=dict)
+    last: dict[tuple[str, int], tuple[int, np.ndarray]] = field(default_factory=dict)
 
-    def replayed(self, name: str, key: int, delta: Delta) -> float | None:
-        """The cosine with `name`'s last result of part `key` where over REPEAT_COSINE,
-        else None; `delta` becomes its last."""
+    def replayed(self, name: str, key: int, round_index: int, delta: Delta) -> float | None:
+        """The cosine with `name`'s result of part `key` in an earlier round where over
+        REPEAT_COSINE, else None; `delta` becomes its last."""
         now = sketch(delta)
-        before = self.last.get((name, key))
-        self.last[name, key] = now
-        if before is None or before.shape != now.shape:
+        earlier = self.last.get((name, key))
+        self.last[name, key] = (round_index, now)
+        if earlier is None or earlier[0] >= round_index or earlier[1].shape != now.shape:
             return None
+        before = earlier[1]
         norms = float(np.linalg.norm(now) * np.linalg.norm(before))
         cosine = float(np.dot(now, before) / norms) if norms > 0 else 0.0
         return cosine if cosine > REPEAT_COSINE else None

@@ -72,7 +72,7 @@ class Merger:
             leave_out(plan, outcome, worker, "its credential was revoked during the round")
         for worker in sorted(outcome.results):
             name = outcome.senders[worker]
-            cosine = self.replays.replayed(name, key, held.deltas[worker])
+            cosine = self.replays.replayed(name, key, plan.round, held.deltas[worker])
             if cosine is not None:
                 problem = f"the result it sent the round before again (cosine {cosine:.4f})"
                 leave_out(
