@@ -44,7 +44,7 @@ def busy_port() -> tuple[socket.socket, int]:
 CASES: dict[str, tuple[Callable[[Path], list[str]], str]] = {
     "non-loopback without a secret": (
         lambda tmp: ["shepherd", "--host", "0.0.0.0"],
-        "refusing to listen on 0.0.0.0 without a shared secret: pass --token-file FILE",
+        "refusing to listen on 0.0.0.0 without a secret: pass --issuer-key FILE",
     ),
     "missing token file": (
         lambda tmp: ["shepherd", "--token-file", str(tmp / "missing")],

@@ -103,7 +103,7 @@ def test_hostile_paths_survive_config_toml(tmp_path: Path) -> None:
     # both read the file back and validate it (data must exist) before they stop
     resumed = run_pcp("train", "--resume", str(out))
     assert resumed.returncode == 2, resumed.stderr
-    assert "algorithm 'local' cannot resume a run" in resumed.stderr
+    assert "has trained its 10 steps; pass a larger --steps" in resumed.stderr
     config = ("--config", str(out / "config.toml"), "--out", str(tmp_path / "other"))
     again = run_pcp("train", *config, "--model", "no-such-model")
     assert again.returncode == 2 and "no-such-model" in again.stderr, again.stderr

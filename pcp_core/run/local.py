@@ -56,7 +56,7 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
         position = resume(ctx.run_dir, executor, setup)
         if position.step >= config.steps:
             raise ConfigError(
-                f"the run in {ctx.run_dir} has trained its {config.steps} steps; "
+                f"the run in {str(ctx.run_dir)!r} has trained its {config.steps} steps; "
                 "pass a larger --steps to train further"
             )
         ctx.metrics.keep_only(lambda record: record.get("step", 0) <= position.step)

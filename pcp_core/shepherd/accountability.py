@@ -22,19 +22,17 @@ window of past results that a patient minority fills:
 A result without which the merge is better beyond doubt (t over `leave_out_t`) and by a
 share of the round's gain that matters (`cost` over `leave_out_cost`: small changes to
 the merge are significant on every batch alike) is left out of the round (the merge is
-made without it, and its losses do not count); one line names the worker and why. A
-strike is one that makes the merge far worse (t over `strike_t`, cost over
-`strike_cost`), a cosine with the merge below `min_cosine`, a norm ratio over
-`max_norm_ratio`, a replay of the sender's last result, or a result that is no
-well-formed pseudo-gradient (a tensor of
-another shape): left out too. A worker with
-`quarantine_after` strikes within QUARANTINE_WINDOW rounds is quarantined:
-disconnected, refused when it comes back, and listed in summary.json. With the `mean`
-aggregator, which holds no results, only the norm is scored; `--result-check none`
-scores no loss (it costs the shepherd one evaluation of `--eval-batches` batches per
-result and round, and needs two or more). Strikes and quarantines are checkpointed
-(`state`), so a resumed run keeps them.
-"""
+made without it, and its losses do not count; of two results, only one that is a strike
+is); one line names the worker and why. A strike is one that makes the merge far worse
+(t over `strike_t`, cost over `strike_cost`), a cosine with the merge below
+`min_cosine`, a norm ratio over `max_norm_ratio`, a replay of the sender's last result,
+or a result that is no well-formed pseudo-gradient (a tensor of another shape): left out
+too. A worker with `quarantine_after` strikes within QUARANTINE_WINDOW rounds is
+quarantined: disconnected, refused when it comes back, and listed in summary.json. With
+the `mean` aggregator, which holds no results, only the norm is scored; `--result-check
+none` scores no loss (it costs the shepherd one evaluation of `--eval-batches` batches
+per result and round, and needs two or more). Strikes and quarantines are checkpointed
+(`state`), so a resumed run keeps them."""
 
 import math
 import statistics

@@ -7,11 +7,11 @@ so it keeps its data shard and its saved inner state stays paired with it.
 
 Until a peer has proved it knows the secret it gets little: its frames may be at most
 `PRE_AUTH_FRAME_BYTES`, it must finish the join within `JOIN_DEADLINE_S`, and at most
-`MAX_UNPROVEN` such peers are served at once, each on a thread that holds one of as many
-slots: a new one closes the oldest and the accept loop waits for that one's thread to
-let go of its slot, so a flood of idle or dripping connections costs the shepherd a
-bounded amount of memory and threads, and a real worker still gets in. After the Welcome
-every message is sealed (`pcp_core.wire.channel`).
+`MAX_UNPROVEN` such peers are served at once, each on a thread (and its join-deadline
+timer's) that holds one of as many slots: a new one closes the oldest and the accept
+loop waits for that one's thread to let go of its slot, so a flood of idle or dripping
+connections costs the shepherd a bounded amount of memory and threads, and a real worker
+still gets in. After the Welcome every message is sealed (`pcp_core.wire.channel`).
 """
 
 import collections

@@ -156,7 +156,8 @@ class Merger:
             struck = self.accountability.judge(plan.round, [name], [score])
             if name in struck:
                 leave_out(plan, outcome, worker, struck[name])
-            elif why := score.left_out(self.accountability.policy):
+            elif len(order) > 2 and (why := score.left_out(self.accountability.policy)):
+                # of two, either may be the worse by chance: only a strike's evidence
                 leave_out(plan, outcome, worker, why)
 
 

@@ -47,7 +47,8 @@ def test_int8_both_ways_trains_as_far_in_a_quarter_of_the_bytes(tmp_path: Path) 
     for record in coded_rounds:
         assert record["workers"] == 2
         raw, sent = record["pseudo_gradient_raw_bytes"], record["pseudo_gradient_bytes"]
-        assert 3.9 < raw / sent < 4.0  # 1 byte a value and a float32 scale per 256
+        # 1 byte a value and a float32 scale per 256, and each tensor's framing (its shape)
+        assert 3.85 < raw / sent < 4.0
         assert record["encode_s"] > 0 and record["decode_s"] > 0
     for record in plain_rounds:
         assert record["pseudo_gradient_bytes"] == record["pseudo_gradient_raw_bytes"]

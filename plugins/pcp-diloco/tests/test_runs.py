@@ -45,7 +45,9 @@ def test_two_workers_one_command(
 
     checkpoint = load_file(out / "checkpoint.safetensors")
     momentum = [name for name in checkpoint if name.startswith("momentum.")]
-    assert "wte" in checkpoint and len(momentum) == len(checkpoint) - len(momentum)
+    aggregator = [name for name in checkpoint if name.startswith("aggregator.")]
+    params = len(checkpoint) - len(momentum) - len(aggregator)
+    assert "wte" in checkpoint and len(momentum) == params and len(aggregator) == params
 
     for index in range(2):
         log = (out / f"worker-{index}.log").read_text()
