@@ -8,13 +8,14 @@ window of past results that a patient minority fills:
 
 - its norm over its inner steps^0.75 (`step_norm`) against the round's median of those,
   before its tensors are fetched;
-- what it does to the merge: the loss of the model the round's merge makes, on training
-  batches drawn anew each round that no worker can know in advance, batch by batch
-  against the loss of the merge made without it (`harm`, a paired t statistic): a sign
-  flipped, a stale or an overgrown result makes the merge worse beyond doubt, as
-  Templar's validators score a peer's work before it counts. (An honest worker's own
-  model, trained on its shard, is often worse than the round's parameters on other data;
-  the merge of the workers is not, and one honest result in it seldom hurts it);
+- what it does to the merge (with three results or more): the loss of the model the
+  round's merge makes, on training batches drawn anew each round that no worker can know
+  in advance, batch by batch against the loss of the merge made without it (`harm`, a
+  paired t statistic): a sign flipped, a stale or an overgrown result makes the merge
+  worse beyond doubt, as Templar's validators score a peer's work before it counts. (An
+  honest worker's own model, trained on its shard, is often worse than the round's
+  parameters on other data; the merge of the workers is not, and one honest result in it
+  seldom hurts it);
 - its cosine with the merge (with three results or more: of two that disagree, there is
   no telling which is wrong);
 - whether it is the result its sender sent the round before (`Replays`).
@@ -22,17 +23,17 @@ window of past results that a patient minority fills:
 A result without which the merge is better beyond doubt (t over `leave_out_t`) and by a
 share of the round's gain that matters (`cost` over `leave_out_cost`: small changes to
 the merge are significant on every batch alike) is left out of the round (the merge is
-made without it, and its losses do not count; of two results, only one that is a strike
-is); one line names the worker and why. A strike is one that makes the merge far worse
-(t over `strike_t`, cost over `strike_cost`), a cosine with the merge below
-`min_cosine`, a norm ratio over `max_norm_ratio`, a replay of the sender's last result,
-or a result that is no well-formed pseudo-gradient (a tensor of another shape): left out
-too. A worker with `quarantine_after` strikes within QUARANTINE_WINDOW rounds is
-quarantined: disconnected, refused when it comes back, and listed in summary.json. With
-the `mean` aggregator, which holds no results, only the norm is scored; `--result-check
-none` scores no loss (it costs the shepherd one evaluation of `--eval-batches` batches
-per result and round, and needs two or more). Strikes and quarantines are checkpointed
-(`state`), so a resumed run keeps them."""
+made without it, and its losses do not count); one line names the worker and why. A
+strike is one that makes the merge far worse (t over `strike_t`, cost over
+`strike_cost`), a cosine with the merge below `min_cosine`, a norm ratio over
+`max_norm_ratio`, a replay of the sender's last result, or a result that is no
+well-formed pseudo-gradient (a tensor of another shape): left out too. A worker with
+`quarantine_after` strikes within QUARANTINE_WINDOW rounds is quarantined: disconnected,
+refused when it comes back, and listed in summary.json. With the `mean` aggregator,
+which holds no results, only the norm is scored; `--result-check none` scores no loss
+(it costs the shepherd one evaluation of `--eval-batches` batches per result and round,
+and needs two or more). Strikes and quarantines are checkpointed (`state`), so a resumed
+run keeps them."""
 
 import math
 import statistics

@@ -79,7 +79,8 @@ class Merger:
                     plan, outcome, worker, self.accountability.strike(plan.round, name, problem)
                 )
         shares = self._combine(held, merged, key, outcome)
-        if self.scorer is not None and len(outcome.results) > 1:
+        # of two results, either may be the worse by chance: no telling which is wrong
+        if self.scorer is not None and len(outcome.results) > 2:
             started = time.perf_counter()
             self._score_losses(plan, outcome, held, merged, params, key)
             outcome.score_s = time.perf_counter() - started
@@ -156,8 +157,7 @@ class Merger:
             struck = self.accountability.judge(plan.round, [name], [score])
             if name in struck:
                 leave_out(plan, outcome, worker, struck[name])
-            elif len(order) > 2 and (why := score.left_out(self.accountability.policy)):
-                # of two, either may be the worse by chance: only a strike's evidence
+            elif why := score.left_out(self.accountability.policy):
                 leave_out(plan, outcome, worker, why)
 
 
