@@ -31,17 +31,7 @@ def load_secret(token_file: Path | None) -> bytes | None:
     such a private key: anyone who can read it can join the run, or impersonate it.
     """
     if token_file is not None:
-        try:
-            with Path(token_file).open("rb") as file:
-                mode = stat.S_IMODE(os.fstat(file.fileno()).st_mode)
-                raw = file.read()
-        except OSError as error:
-            raise AuthError(f"cannot read token file {token_file}: {error.strerror}") from None
-        if os.name == "posix" and mode & 0o077:
-            raise AuthError(
-                f"token file {token_file} has mode {mode:04o}, so its group or others may "
-                f"read or write it; run `chmod 600 {token_file}`"
-            )
+        raw = read_private(token_file, "token file")
         try:
             text = raw.decode("utf-8").strip()
         except UnicodeDecodeError:
@@ -51,6 +41,23 @@ def load_secret(token_file: Path | None) -> bytes | None:
         return text.encode()
     value = os.environ.get(TOKEN_ENV, "").strip()
     return value.encode() if value else None
+
+
+def read_private(path: Path, what: str) -> bytes:
+    """The bytes of a file only its owner may read or write; AuthError naming `what`
+    otherwise, or where it cannot be read."""
+    try:
+        with Path(path).open("rb") as file:
+            mode = stat.S_IMODE(os.fstat(file.fileno()).st_mode)
+            raw = file.read()
+    except OSError as error:
+        raise AuthError(f"cannot read {what} {path}: {error.strerror}") from None
+    if os.name == "posix" and mode & 0o077:
+        raise AuthError(
+            f"{what} {path} has mode {mode:04o}, so its group or others may read or write "
+            f"it; run `chmod 600 {path}`"
+        )
+    return raw
 
 
 def generate_secret() -> bytes:

@@ -18,17 +18,15 @@ old credential stays revoked.
 """
 
 import json
-import os
 import re
 import secrets
-import stat
 import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pcp_core.wire.auth import AuthError, write_private
+from pcp_core.wire.auth import AuthError, read_private, write_private
 
 NAME_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.@+-]{0,63}")
 SERIAL_BYTES = 8
@@ -68,25 +66,9 @@ def check_name(name: str) -> str:
     return name
 
 
-def _read_private(path: Path, what: str) -> bytes:
-    """A file only its owner may read or write (as ssh insists of a key)."""
-    try:
-        with Path(path).open("rb") as file:
-            mode = stat.S_IMODE(os.fstat(file.fileno()).st_mode)
-            raw = file.read()
-    except OSError as error:
-        raise AuthError(f"cannot read {what} {path}: {error.strerror}") from None
-    if os.name == "posix" and mode & 0o077:
-        raise AuthError(
-            f"{what} {path} has mode {mode:04o}, so its group or others may read or write "
-            f"it; run `chmod 600 {path}`"
-        )
-    return raw
-
-
 def load_credential(path: Path) -> Credential:
     """A worker's credential file, as `pcp token issue` wrote it."""
-    raw = _read_private(path, "credential file")
+    raw = read_private(path, "credential file")
     try:
         fields = json.loads(raw)
         credential = Credential(fields["name"], fields["serial"], fields["secret"].encode())
@@ -127,7 +109,7 @@ class Issuer:
         if create and not self.key_path.exists():
             self.key_path.parent.mkdir(parents=True, exist_ok=True)
             write_private(self.key_path, secrets.token_hex(KEY_BYTES).encode() + b"\n")
-        raw = _read_private(self.key_path, "issuer key").strip()
+        raw = read_private(self.key_path, "issuer key").strip()
         if len(raw) < KEY_BYTES:
             raise AuthError(f"issuer key {self.key_path} is too short to be one")
         return raw
