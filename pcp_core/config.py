@@ -277,6 +277,15 @@ class ShepherdSettings:
         "without (one evaluation of --eval-batches per result and round); none: no check.",
         choices=("loss", "none"),
     )
+    spot_check: float = setting(
+        0.0,
+        "Fraction of results re-run on the shepherd from the worker's own starting state "
+        "and compared (each costs a worker's round of compute here); a mismatch is a "
+        "strike. Workers this machine can run (cpu); blocking rounds of whole models "
+        "(pcp_core.shepherd.spot_checks). 0: none.",
+        low=0.0,
+        high=1.0,
+    )
     quarantine_after: int = setting(
         3,
         "Quarantine a worker after N strikes (a result left out for its norm or its "

@@ -381,21 +381,31 @@ class Admission:
         """Send the worker its program, settings and data; returns the shards it may ask
         for (a prepared dataset's share of this worker; none for a text corpus, whose
         tokens travel in the Setup)."""
-        program = self.setup.program
         tensors = [Tensor("artifact", np.frombuffer(artifact.data, dtype=np.uint8))]
         tensors += self._shared_tensors()
         assigned: dict[str, Path] = {}
-        data: dict[str, Any] = {}
         shards = training_shards(self.setup.corpus)
+        names = None
         if shards is None:
             tensors.append(self._tokens())
-            data["vocabulary"] = tuple(self.setup.corpus.vocabulary)
         else:
             names = assign_shards(list(shards), link.index, self.setup.config.shepherd.workers)
             assigned = {name: shards[name] for name in names}
-            data["manifest"] = worker_manifest(self.setup.corpus, names)
             log.info("data shards assigned", worker=link.label, shards=names)
-        settings = WorkerSettings(
+        settings = self.worker_settings(names)
+        setup = Setup(artifact.kind, artifact.sha256, settings.to_json(), tensors)
+        self.setup_bytes += link.conn.send(setup)
+        return assigned
+
+    def worker_settings(self, shard_names: list[str] | None) -> WorkerSettings:
+        """What a worker's Setup tells it: the run's settings, the program's shape, and
+        its data: a text corpus's vocabulary (`shard_names` None), or its shards' manifest."""
+        program = self.setup.program
+        if shard_names is None:
+            data: dict[str, Any] = {"vocabulary": tuple(self.setup.corpus.vocabulary)}
+        else:
+            data = {"manifest": worker_manifest(self.setup.corpus, shard_names)}
+        return WorkerSettings(
             **vars(self.settings),
             batch_size=program.batch_size,
             block_size=program.block_size,
@@ -404,9 +414,6 @@ class Admission:
             opt_specs=tuple((s.name, s.shape, s.dtype) for s in program.opt_specs),
             **data,
         )
-        setup = Setup(artifact.kind, artifact.sha256, settings.to_json(), tensors)
-        self.setup_bytes += link.conn.send(setup)
-        return assigned
 
     def _serve_shard(
         self, link: WorkerLink, request: ShardRequest, assigned: dict[str, Path]

@@ -23,6 +23,7 @@ from pcp_core.shepherd.admission import Admission
 from pcp_core.shepherd.local_workers import LocalWorkers
 from pcp_core.shepherd.merging import Merger
 from pcp_core.shepherd.session import Limits, Shepherd
+from pcp_core.shepherd.spot_checks import SpotChecks
 from pcp_core.wire import auth
 from pcp_core.wire.liveness import heartbeat_interval
 from pcp_core.wire.messages import RunSettings
@@ -251,7 +252,12 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: RunSettings) -> It
     accountability = Accountability(Policy(quarantine_after=config.shepherd.quarantine_after))
     scorer = setup.scoring_losses if config.shepherd.result_check == "loss" else None
     aggregator = ctx.plugins.aggregator(config.shepherd.aggregator)
-    node = Shepherd(admission, limits, Merger(aggregator, accountability, scorer))
+    spot_checks = None
+    if config.shepherd.spot_check:
+        worker_round = ctx.plugins.algorithm(settings.algorithm).worker_round
+        spot_checks = SpotChecks(config.shepherd.spot_check, settings, admission, worker_round)
+    merger = Merger(aggregator, accountability, scorer)
+    node = Shepherd(admission, limits, merger, spot_checks=spot_checks)
     node.start()
     log.info(
         "shepherd listening",

@@ -53,6 +53,7 @@ from pcp_core.shepherd.aggregation import (
     check_result,
     step_norm,
 )
+from pcp_core.shepherd.spot_checks import SpotChecks
 from pcp_core.watch.run_status import RunStatus
 from pcp_core.wire.downlink import Outgoing
 from pcp_core.wire.messages import Assignment, Delta, Discard, Failure, Fetch, Result
@@ -79,6 +80,8 @@ class RoundOutcome:
     harms: dict[int, float] = field(default_factory=dict)
     costs: dict[int, float] = field(default_factory=dict)
     score_s: float = 0.0  # the shepherd's evaluations that scored the results
+    spot_checks: int = 0  # results re-run on the shepherd, and how long that took
+    spot_check_s: float = 0.0
     non_finite: set[int] = field(default_factory=set)  # rejected for NaN or Inf
     lost: list[WorkerLink] = field(default_factory=list)  # disconnected: dead, late, broken
     bytes_sent: int = 0
@@ -134,6 +137,7 @@ class RoundPlan:
     pushed: bool = False  # each Delta follows its Result unasked (RunSettings.pushes)
     # scores each result's norm against the round's median before its tensors are fetched
     accountability: Accountability = field(default_factory=Accountability)
+    spot_checks: SpotChecks | None = None  # re-runs sampled results (--spot-check)
 
 
 @dataclass
@@ -272,6 +276,8 @@ def _check_reports(
             if name in plan.excluded:
                 raise BadResult(f"excluded from this round: {plan.excluded[name]}")
             check_result(result, plan.round, plan.attempt)
+            if plan.spot_checks and (broken := plan.spot_checks.broken_chain(link, result)):
+                raise BadResult(plan.accountability.strike(plan.round, name, broken))
             most = plan.assignments[link.index].most_steps()
             if len(result.losses) > most:
                 raise BadResult(f"{len(result.losses)} inner steps reported, at most {most} asked")
@@ -347,6 +353,7 @@ def _fetch(
                 if (reply.round, reply.attempt) != (plan.round, plan.attempt):
                     raise BadResult(f"delta for round {reply.round}, fetched for {plan.round}")
                 check_delta(arrays, sink.filled_count, result.norm)
+                _spot_check(plan, link, result, arrays, outcome, counting)
             except MalformedDelta as error:  # the transport has closed the connection
                 _reject(link, plan, error, outcome)
                 outcome.lost.append(link)
@@ -374,3 +381,25 @@ def _fetch(
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="pcp-fetch") as pool:
         for future in [pool.submit(fetch, *report) for report in accepted]:
             future.result()
+
+
+def _spot_check(
+    plan: RoundPlan,
+    link: WorkerLink,
+    result: Result,
+    arrays: list[np.ndarray],
+    outcome: RoundOutcome,
+    counting: threading.Lock,
+) -> None:
+    """Re-run the result's round where it is sampled (`pcp_core.shepherd.spot_checks`):
+    BadResult, the worker struck, where the result fails."""
+    checks = plan.spot_checks
+    if checks is None or not checks.sampled(link, plan.assignments[link.index].budget_s):
+        return
+    started = time.perf_counter()
+    failed = checks.check(link, plan, result, arrays)
+    with counting:
+        outcome.spot_checks += 1
+        outcome.spot_check_s += time.perf_counter() - started
+    if failed:
+        raise BadResult(failed)

@@ -43,6 +43,7 @@ from pcp_core.shepherd.rounds import (
     Scope,
     run_attempt,
 )
+from pcp_core.shepherd.spot_checks import SpotChecks
 from pcp_core.wire.downlink import Downlink
 from pcp_core.wire.messages import Assignment, Result, Stop
 from pcp_core.wire.transport import TransportError
@@ -78,6 +79,7 @@ class Shepherd:
     admission: Admission
     limits: Limits = field(default_factory=Limits)
     merger: Merger = field(default_factory=Merger)  # scores and combines held results
+    spot_checks: SpotChecks | None = None  # re-runs sampled results (--spot-check)
     links: dict[int, WorkerLink] = field(default_factory=dict)
     still_coming: Callable[[], bool] = lambda: True  # may more workers still join?
     _durations: deque[float] = field(default_factory=lambda: deque(maxlen=DEADLINE_HISTORY))
@@ -265,6 +267,7 @@ class Shepherd:
                 weigh,
                 self.admission.settings.pushes,
                 self.merger.accountability,
+                self.spot_checks,
             )
             streams = self.merger.aggregator.streams
             total = RunningSum(self._sums) if streams else HeldResults()

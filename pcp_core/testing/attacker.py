@@ -12,6 +12,9 @@ rounds honestly, and sends a crafted result in place of each honest one, from ro
 - `lazy`: its round-0 result (pseudo-gradient and losses) every round, as if it never
   trained again;
 - `transpose`: its largest matrix transposed: the right number of values, another shape;
+- `forge:K`: honest results, but after each round its inner optimizer state is multiplied
+  by K, so each next round starts from a state its last one did not end in (what a
+  worker would do to steer its results past a spot check);
 - `absent`: no attack, a baseline: every result NaN, so each is refused and the run is
   the honest workers' alone in the data layout of the attacked runs (each worker reads
   the shard of its index among all the workers).
@@ -35,7 +38,7 @@ from pcp_core.wire.transport import TransportOptions
 from pcp_core.worker import loop
 from pcp_core.worker.session import RoundWork
 
-ATTACKS = ("flip", "random", "ratchet", "lazy", "transpose", "absent")
+ATTACKS = ("flip", "random", "ratchet", "lazy", "transpose", "forge", "absent")
 
 
 @dataclasses.dataclass
@@ -53,7 +56,7 @@ class Attack:
         kind, _, value = text.partition(":")
         if kind not in ATTACKS:
             raise ValueError(f"unknown attack {kind!r}; one of {', '.join(ATTACKS)}")
-        default = {"flip": 1.0, "ratchet": 1.5}.get(kind, 1.0)
+        default = {"flip": 1.0, "ratchet": 1.5, "forge": 4.0}.get(kind, 1.0)
         return cls(kind, float(value) if value else default, from_round, seed)
 
     def __call__(self, work: RoundWork, round_index: int) -> RoundWork:
@@ -88,6 +91,14 @@ class Attack:
             work.tensors[largest] = Tensor(tensor.name, np.ascontiguousarray(tensor.array.T))
         return work
 
+    def after(self, executor: Any, round_index: int) -> None:
+        """Between rounds: a forger's inner optimizer state, its floats times K."""
+        if self.kind != "forge" or round_index < self.from_round:
+            return
+        state = [np.asarray(array) for array in executor.opt_state()]
+        forged = [a * self.factor if a.dtype.kind == "f" else a for a in state]
+        executor.set_opt_state([a.astype(old.dtype) for a, old in zip(forged, state, strict=True)])
+
     def _randomise(self, arrays: list[np.ndarray], round_index: int) -> None:
         rng = np.random.default_rng([self.seed, round_index])
         norm = np.sqrt(sum(float(np.sum(np.square(a, dtype=np.float64))) for a in arrays))
@@ -108,7 +119,9 @@ class AttackingHost:
         honest = algorithm.worker_round
 
         def round_(session: Any, assignment: Any) -> RoundWork:
-            return self.attack(honest(session, assignment), assignment.round)
+            work = self.attack(honest(session, assignment), assignment.round)
+            self.attack.after(session.executor, assignment.round)
+            return work
 
         return dataclasses.replace(algorithm, worker_round=round_)
 

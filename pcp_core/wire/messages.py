@@ -36,7 +36,9 @@ import numpy as np
 #     come before its Assignment (RunSettings.ahead, Result.ahead, Assignment.continues)
 # 12: an encoded tensor's framing carries its shape (pcp_core.codecs); a Hello names the
 #     worker's own credential (pcp_core.wire.credentials)
-PROTOCOL_VERSION = 12
+# 13: spot checks (RunSettings.audited): a Result commits to the state its round started
+#     from (Result.state_digest); the shepherd may ask for it (Audit -> AuditState)
+PROTOCOL_VERSION = 13
 
 
 @dataclass
@@ -120,6 +122,9 @@ class RunSettings:
     # an overlapped worker may report up to this many rounds past the last Assignment it
     # has, before their own Assignments arrive (pcp_core.worker.overlap); 0: none
     ahead: int = 0
+    # spot checks (`pcp train --spot-check`): each Result commits to the state its round
+    # started from, kept until the next round for the shepherd to ask for (Audit)
+    audited: bool = False
 
     @property
     def pushes(self) -> bool:
@@ -233,6 +238,9 @@ class Result:
     # computed before its Assignment arrived, from the worker's own parameters: counts
     # only if that Assignment `continues` (RunSettings.ahead)
     ahead: bool = False
+    # in an audited run, the digest of the state the round started from
+    # (`pcp_core.audits.state_digest`); "" otherwise
+    state_digest: str = ""
 
 
 @dataclass
@@ -250,6 +258,24 @@ class Discard:
     round: int
     attempt: int
     reason: str
+
+
+@dataclass
+class Audit:
+    """A spot check: the shepherd wants the state a fetched result's round started from."""
+
+    round: int
+    attempt: int
+
+
+@dataclass
+class AuditState:
+    """The state a round started from (`pcp_core.audits.state_tensors`), whose digest its
+    Result committed to."""
+
+    round: int
+    attempt: int
+    tensors: list[Tensor] = field(default_factory=list)
 
 
 @dataclass
@@ -298,6 +324,8 @@ Message = (
     | Fetch
     | Discard
     | Delta
+    | Audit
+    | AuditState
     | Heartbeat
     | Seal
     | Stop
@@ -322,6 +350,8 @@ MESSAGE_TYPES: tuple[type, ...] = (
     Ready,
     ShardRequest,
     ShardData,
+    Audit,
+    AuditState,
 )
 
 

@@ -35,6 +35,7 @@ from pcp_core.wire.channel import SealedConnection, session_keys
 from pcp_core.wire.liveness import LiveConnection
 from pcp_core.wire.messages import (
     Assignment,
+    Audit,
     Challenge,
     Discard,
     Failure,
@@ -223,7 +224,7 @@ def serve(
     conn: LiveConnection, session: WorkerSession, worker_round: WorkerRound, inner: InnerState
 ) -> None:
     """Rounds until Stop, one at a time: Assignment -> Result; then Fetch -> Delta, or
-    Discard (`pcp_core.worker.reports`)."""
+    Discard; in an audited run, Audit -> AuditState (`pcp_core.worker.reports`)."""
     reports = Reports(conn, inner)
     while True:
         message = reports.receive()
@@ -232,8 +233,11 @@ def serve(
             return
         if isinstance(message, Assignment):
             inner.prepare(message.round)
+            reports.started(message)
             reports.report(message, worker_round(session, message))
         elif isinstance(message, Fetch | Discard):
             reports.settle(message)
+        elif isinstance(message, Audit):
+            reports.audit(message)
         else:
             raise TransportError(f"unexpected {type(message).__name__} from the shepherd")

@@ -8,7 +8,11 @@ Discard is the only answer; with rounds reported ahead, several rounds may await
 
 Under a codec other than f32 (`RunSettings.codec`) the pseudo-gradient is encoded when
 the round ends, each tensor sent as its bytes, and the norm the Result announces is the
-decoded one's: what the shepherd will check and sum."""
+decoded one's: what the shepherd will check and sum.
+
+In an audited run (`RunSettings.audited`, blocking rounds only) the state each round
+started from is kept until the rounds after it are settled, and its Result carries that
+state's digest; an Audit is answered with the state (`pcp_core.audits`)."""
 
 import threading
 import time
@@ -17,10 +21,20 @@ from collections.abc import Callable
 import numpy as np
 import structlog
 
+from pcp_core.audits import RoundStart
 from pcp_core.codecs import Feedback, on_the_wire
 from pcp_core.shepherd.aggregation import delta_norm
 from pcp_core.wire.liveness import LiveConnection
-from pcp_core.wire.messages import Assignment, Delta, Discard, Fetch, Result, Tensor
+from pcp_core.wire.messages import (
+    Assignment,
+    Audit,
+    AuditState,
+    Delta,
+    Discard,
+    Fetch,
+    Result,
+    Tensor,
+)
 from pcp_core.wire.transport import TransportError
 from pcp_core.worker.clock import NetworkClock
 from pcp_core.worker.session import InnerState, RoundWork
@@ -44,6 +58,10 @@ class Reports:
         # once pushed); the newest `kept`
         self.pending: dict[tuple[int, int], list[Tensor]] = {}
         self.lock = threading.Lock()  # rounds reported ahead are reported off the loop
+        self.audited = settings.audited
+        self.opt_names = [name for name, _, _ in settings.opt_specs]
+        # in an audited run, by (round, attempt): the state the round started from
+        self.starts: dict[tuple[int, int], RoundStart] = {}
 
     def receive(self) -> object:
         """The shepherd's next message; an Assignment's tensors as float32 values (its
@@ -52,6 +70,26 @@ class Reports:
         if isinstance(message, Assignment):
             message.tensors = self.inner.session.downlink.take(message.tensors)
         return message
+
+    def started(self, assignment: Assignment) -> None:
+        """In an audited run, keep the state the round starts from: the inner optimizer
+        state (restored for it) and what the codec's error feedback owes."""
+        if not self.audited:
+            return
+        opt_state = [np.array(array) for array in self.inner.session.executor.opt_state()]
+        owed = {} if self.feedback is None else self.feedback.residuals
+        start = RoundStart(opt_state, {name: array.copy() for name, array in owed.items()})
+        self.starts[(assignment.round, assignment.attempt)] = start
+        for old in list(self.starts)[: -(self.kept + 1)]:
+            del self.starts[old]
+
+    def audit(self, message: Audit) -> None:
+        """Send the state a round started from, as its Result's digest committed to."""
+        start = self.starts.get((message.round, message.attempt))
+        if start is None:
+            raise TransportError(f"the shepherd audits round {message.round}, not one of ours")
+        tensors = start.tensors(self.opt_names)
+        self.clock.send(self.conn, AuditState(message.round, message.attempt, tensors))
 
     def report(self, assignment: Assignment, work: RoundWork, ahead: bool = False) -> None:
         """Round `assignment.round` is done: save its inner state, send its Result (and
@@ -72,7 +110,10 @@ class Reports:
             self.pending[asked] = [] if self.push else tensors
             for old in list(self.pending)[: -self.kept]:
                 del self.pending[old]
-        self.clock.send(self.conn, Result(*asked, work.losses, *timings, ahead=ahead))
+        start = self.starts.get(asked)
+        digest = "" if start is None else start.digest(self.opt_names)
+        result = Result(*asked, work.losses, *timings, ahead=ahead, state_digest=digest)
+        self.clock.send(self.conn, result)
         if self.push:
             self.clock.send(self.conn, Delta(*asked, tensors))
 

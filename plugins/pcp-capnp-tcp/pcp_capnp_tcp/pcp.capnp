@@ -31,6 +31,8 @@ struct Frame {
     ready @17 :Ready;
     shardRequest @18 :ShardRequest;
     shardData @19 :ShardData;
+    audit @20 :Audit;
+    auditState @21 :AuditState;
   }
   tensors @11 :List(TensorHeader);
 }
@@ -99,6 +101,7 @@ struct Result {
   sentS @6 :Float64;
   encodeS @7 :Float64;
   ahead @8 :Bool;
+  stateDigest @9 :Text;  # "" unless the run is audited
 }
 
 struct Fetch {
@@ -113,6 +116,16 @@ struct Discard {
 }
 
 struct Delta {
+  round @0 :UInt64;
+  attempt @1 :UInt32;
+}
+
+struct Audit {
+  round @0 :UInt64;
+  attempt @1 :UInt32;
+}
+
+struct AuditState {
   round @0 :UInt64;
   attempt @1 :UInt32;
 }

@@ -23,6 +23,7 @@ from pcp_core.program.background import OneInFlight
 from pcp_core.program.training import prepare
 from pcp_core.shepherd import distributed
 from pcp_core.shepherd.rounds import Scope
+from pcp_core.shepherd.spot_checks import SpotChecks
 from pcp_core.shepherd.step_guard import StepGuard
 from pcp_core.shepherd.utilisation import Utilisation
 from pcp_core.wire.downlink import HELD_PREFIX
@@ -57,6 +58,13 @@ def plan(config: RunConfig) -> tuple[RunConfig, int]:
     if config.steps % diloco.inner_steps:
         raise ConfigError(
             f"steps ({config.steps}) must be a multiple of inner_steps ({diloco.inner_steps})"
+        )
+    if config.shepherd.spot_check and (
+        diloco.overlap != "none" or diloco.fragments > 1 or diloco.round_budget != "steps"
+    ):
+        raise ConfigError(
+            "--spot-check re-runs whole rounds of the whole model as a worker ran them: "
+            "it needs --overlap none, --fragments 1 and --round-budget steps"
         )
     steps_per_call = math.gcd(config.steps_per_call, diloco.round_steps)
     scale = inner_lr_scale(config)
@@ -187,6 +195,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
         ahead=diloco.ahead_rounds if diloco.overlap == "ahead" else 0,
         codec=diloco.codec,
         codec_down=diloco.codec_down,
+        audited=config.shepherd.spot_check > 0,
     )
     checkpoints = OneInFlight("checkpoint")
     status = ctx.status
@@ -273,6 +282,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 "harms": {str(w): h for w, h in sorted(outcome.harms.items())},
                 "costs": {str(w): c for w, c in sorted(outcome.costs.items())},
                 "score_s": round(outcome.score_s, 4),
+                "spot_checks": outcome.spot_checks,  # results re-run here (--spot-check)
+                "spot_check_s": round(outcome.spot_check_s, 4),
                 # results the aggregator counted less than in full (0-1)
                 "down_weighted": {
                     str(w): round(share, 4)
@@ -343,6 +354,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
         "aggregator": config.shepherd.aggregator,
         "strikes": dict(shepherd.merger.accountability.strikes),
         "quarantined": dict(shepherd.merger.accountability.quarantined),
+        "spot_checks": spot_check_summary(shepherd.spot_checks),
         "shepherd_peak_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         **utilisation.summary(),
     }
@@ -413,3 +425,11 @@ def resume(
     log.info("resuming", run_dir=str(ctx.run_dir), round=state.next_round)
     judged = Judged(aggregator, json.loads(metadata.get("accountability", "{}")))
     return state, held, judged
+
+
+def spot_check_summary(checks: SpotChecks | None) -> dict[str, Any] | None:
+    """How many results the shepherd re-ran, how many failed, and the seconds it took."""
+    if checks is None:
+        return None
+    seconds = round(checks.seconds, 3)
+    return {"checks": checks.checks, "failures": checks.failures, "seconds": seconds}
