@@ -78,6 +78,13 @@ class RunConfig:
         "What --dataset reads: for chars, a UTF-8 text file, or a directory written by "
         "`pcp data prepare` (default: built-in corpus).",
     )
+    init_from: Path | None = _opt(
+        None,
+        "Start from a pretrained GPT-2: a Hugging Face model folder (config.json and "
+        "model.safetensors or pytorch_model.bin, as save_pretrained writes and the hub "
+        "serves). It sets the model's shape; --data must be tokenized with its tokenizer "
+        "(`pcp data prepare INPUT --tokenizer FOLDER -o DATA`).",
+    )
     out: Path | None = _opt(None, "Run directory (default: runs/<timestamp>).")
     target: str | None = _opt(None, "Device architecture to compile for (default: detect).")
     device: int | None = _opt(None, "Index of the device to use (default: first).")

@@ -41,7 +41,8 @@ def prepare(
         "chars",
         "--tokenizer",
         help="chars (one token per character), bytes (UTF-8 bytes), bpe (a byte-level BPE "
-        "trained on the input), or a tokenizer.json file (Hugging Face format).",
+        "trained on the input), a tokenizer.json file (Hugging Face format), or a Hugging "
+        "Face model folder (its tokenizer.json, or GPT-2's vocab.json and merges.txt).",
     ),
     vocab_size: Optional[int] = typer.Option(  # noqa: UP045
         None, "--vocab-size", help="bpe: tokens in the trained vocabulary \\[default: 8192]."

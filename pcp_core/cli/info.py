@@ -70,13 +70,14 @@ def sample(
 
 def export(
     run_dir: Path = typer.Argument(..., help="A run directory (`pcp train --out`)."),
-    format: str = typer.Option(..., "--format", help="onnx, stablehlo or iree."),
+    format: str = typer.Option(..., "--format", help="onnx, stablehlo, iree or huggingface."),
     out: Path = typer.Option(
         ...,
         "-o",
         "--out",
         help="The file to write (iree: NAME.vmfb names NAME.prefill.vmfb and "
-        "NAME.decode.vmfb); its tokenizer and metadata go beside it.",
+        "NAME.decode.vmfb); its tokenizer and metadata go beside it. huggingface: the "
+        "folder to write.",
     ),
     backend: Optional[str] = typer.Option(  # noqa: UP045
         None, "--backend", help="--format iree: the installed IREE backend to compile for."
@@ -87,7 +88,7 @@ def export(
 ) -> None:
     """Write a run's trained model as ONNX or StableHLO (logits from token ids), or as IREE
     modules with a key/value cache for a backend, with its tokenizer and a metadata file
-    beside it."""
+    beside it; or as a Hugging Face GPT-2 folder that `transformers` loads."""
 
     def body() -> None:
         # imported here, not at the top: keeps `pcp --help` fast

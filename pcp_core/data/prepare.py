@@ -258,9 +258,12 @@ def _build_tokenizer(
         progress.start("training the bpe tokenizer", sample)
         texts = pieces(reader.texts(limit_bytes=options.bpe_sample_bytes))
         return train_bpe(texts, options.vocab_size or DEFAULT_BPE_VOCAB), None
-    if name.endswith(".json") or Path(name).is_file():
+    if name.endswith(".json") or Path(name).is_file() or Path(name).is_dir():
         return load_tokenizer_file(Path(name)), None
-    raise DataError(f"unknown --tokenizer {name!r}: chars, bytes, bpe or a tokenizer .json file")
+    raise DataError(
+        f"unknown --tokenizer {name!r}: chars, bytes, bpe, a tokenizer .json file or a "
+        "Hugging Face model folder"
+    )
 
 
 def _batches(texts: Iterator[str]) -> Iterator[list[str]]:

@@ -176,7 +176,10 @@ def from_json(text: str) -> Tokenizer:
 
 
 def load_tokenizer_file(path: Path) -> Tokenizer:
-    """A tokenizer file: a Hugging Face `tokenizer.json`, or the JSON of `to_json()`."""
+    """A tokenizer file: a Hugging Face `tokenizer.json`, or the JSON of `to_json()`; or
+    a Hugging Face model folder's tokenizer (`load_tokenizer_dir`)."""
+    if Path(path).is_dir():
+        return load_tokenizer_dir(Path(path))
     try:
         text = Path(path).read_text(encoding="utf-8")
         spec = json.loads(text)
@@ -211,3 +214,68 @@ def train_bpe(texts: Iterable[str], vocab_size: int) -> BpeTokenizer:
     if tokenizer.vocab_size < vocab_size:
         log.warning("bpe vocabulary smaller than asked", asked=vocab_size, got=tokenizer.vocab_size)
     return tokenizer
+
+
+def load_tokenizer_dir(directory: Path) -> Tokenizer:
+    """A Hugging Face model folder's tokenizer: its `tokenizer.json`, or GPT-2's
+    `vocab.json` and `merges.txt` (a byte-level BPE, no prefix space)."""
+    if (directory / "tokenizer.json").is_file():
+        return load_tokenizer_file(directory / "tokenizer.json")
+    vocab, merges = directory / "vocab.json", directory / "merges.txt"
+    if not (vocab.is_file() and merges.is_file()):
+        raise DataError(f"{directory} holds no tokenizer.json, nor vocab.json and merges.txt")
+    from tokenizers import Tokenizer as HuggingFaceTokenizer
+    from tokenizers import decoders, models, pre_tokenizers
+
+    try:
+        model = HuggingFaceTokenizer(models.BPE.from_file(str(vocab), str(merges)))
+    except Exception as error:  # the Rust side raises plain Exceptions
+        raise DataError(f"{directory}: unreadable vocab.json or merges.txt: {error}") from None
+    model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    model.decoder = decoders.ByteLevel()
+    return BpeTokenizer(model)
+
+
+def hugging_face_tokenizer(tokenizer: Tokenizer) -> Any:
+    """`tokenizer` as a Hugging Face `tokenizers` model giving the same ids: a bpe one as
+    it is; chars and bytes as a BPE without merges over their characters, or bytes
+    (GPT-2's byte-to-character table)."""
+    from tokenizers import Tokenizer as HuggingFaceTokenizer
+    from tokenizers import decoders, models, pre_tokenizers
+
+    if isinstance(tokenizer, BpeTokenizer):
+        return tokenizer._model
+    if isinstance(tokenizer, CharTokenizer):
+        vocabulary = {character: i for i, character in enumerate(tokenizer.vocabulary)}
+        model = HuggingFaceTokenizer(models.BPE(vocabulary, []))
+        model.decoder = decoders.Fuse()
+        return model
+    if isinstance(tokenizer, ByteTokenizer):
+        table = _byte_characters()
+        model = HuggingFaceTokenizer(models.BPE({table[b]: b for b in range(256)}, []))
+        model.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
+        model.decoder = decoders.ByteLevel()
+        return model
+    raise DataError(f"no Hugging Face form of a {tokenizer.name} tokenizer")
+
+
+def write_tokenizer_dir(tokenizer: Tokenizer, out: Path, max_length: int) -> list[Path]:
+    """`tokenizer.json` and `tokenizer_config.json` in `out`, for `AutoTokenizer`."""
+    written = [out / "tokenizer.json", out / "tokenizer_config.json"]
+    hugging_face_tokenizer(tokenizer).save(str(written[0]))
+    settings = {"tokenizer_class": "PreTrainedTokenizerFast", "model_max_length": max_length}
+    written[1].write_text(json.dumps(settings, indent=2) + "\n")
+    return written
+
+
+def _byte_characters() -> dict[int, str]:
+    """GPT-2's printable character for each byte (the ByteLevel pre-tokenizer's table)."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAD), *range(0xAE, 0x100)]
+    table, extra = {}, 0
+    for byte in range(256):
+        if byte in printable:
+            table[byte] = chr(byte)
+        else:
+            table[byte] = chr(256 + extra)
+            extra += 1
+    return table

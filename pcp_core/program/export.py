@@ -12,6 +12,9 @@ constants. Two formats:
 - `iree`: the cached sampler's `prefill` and `decode` step functions (a key/value cache,
   one position a token: `pcp_core.program.decoding`), compiled for an IREE backend
   without its hardware (`pcp_core.iree.inference`), the parameters in a file beside.
+- `huggingface`: a folder that `transformers` loads (`GPT2LMHeadModel.from_pretrained`,
+  `AutoTokenizer.from_pretrained`): the built-in model is GPT-2's architecture
+  (`pcp_core.program.huggingface`). The folder is the whole export.
 
 Beside the file go the run's tokenizer (`<name>.tokenizer.json`, what `pcp data
 prepare` wrote) and a small metadata file (`<name>.metadata.json`: vocabulary size,
@@ -31,7 +34,7 @@ from pcp_core.program.build import without_locations
 
 log = structlog.get_logger(__name__)
 
-FORMATS = ("onnx", "stablehlo", "iree")
+FORMATS = ("onnx", "stablehlo", "iree", "huggingface")
 INPUT, OUTPUT = "tokens", "logits"
 ONNX_OPSET = 21  # onnxruntime 1.17 and later run it
 
@@ -59,6 +62,8 @@ def export(
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     log.info("exporting", model=run.model.name, step=run.metadata.get("step"), format=format)
+    if format == "huggingface":
+        return huggingface_folder(run, out)
     written, described = [out], {}
     if format == "onnx":
         write_onnx(forward_pass(run), run.config["block_size"], out)
@@ -72,6 +77,17 @@ def export(
     about = metadata(run, format, run_dir, tokenizer_path) | described
     metadata_path.write_text(json.dumps(about, indent=2))
     return [*written, tokenizer_path, metadata_path]
+
+
+def huggingface_folder(run: trained.TrainedModel, out: Path) -> list[Path]:
+    """The run's model as a `transformers` GPT-2 folder; ExportError for another model."""
+    from pcp_core.program import huggingface
+
+    if run.model.name != "nanogpt":
+        raise ExportError(f"--format huggingface writes GPT-2 (nanogpt), not {run.model.name!r}")
+    if out.exists() and not out.is_dir():
+        raise ExportError(f"--format huggingface writes a folder; {out} is a file")
+    return huggingface.write(out, dict(run.params), run.config, run.tokenizer)
 
 
 def beside(out: Path, suffix: str) -> Path:

@@ -8,12 +8,12 @@ import numpy as np
 import structlog
 
 from pcp_core.backends import Backend
-from pcp_core.config import RunConfig
+from pcp_core.config import ConfigError, RunConfig
 from pcp_core.config_file import to_dict
 from pcp_core.data.text import Corpus
 from pcp_core.models import Model
 from pcp_core.optimizers import InnerSettings, schedule_values
-from pcp_core.program import checkpoint, export_cache
+from pcp_core.program import checkpoint, export_cache, huggingface
 from pcp_core.program.build import TrainProgram, build_eval_program, build_train_program
 from pcp_core.program.evaluation import Evaluator
 from pcp_core.program.footprint import Footprint, estimate, human_count, parameter_shapes
@@ -36,8 +36,11 @@ class TrainingSetup:
     program: TrainProgram
     evaluator: Evaluator  # validation on the run's own backend (`--backend`)
     checkpoint_error: str | None = None  # why the latest checkpoint was not written
+    pretrained: dict[str, np.ndarray] | None = None  # --init-from's, in the model's order
 
     def initial_params(self) -> list[np.ndarray]:
+        if self.pretrained is not None:
+            return [array.copy() for array in self.pretrained.values()]
         return list(self.model.init(self.model_config, self.config.seed).values())
 
     def param_names(self) -> list[str]:
@@ -167,12 +170,18 @@ def prepare(
         raise ValueError(f"optimizer {config.optimizer!r} is not an inner optimizer")
     remat = remat_setting(model, config)
     corpus = plugins.dataset(config.dataset).load(config.data)
-    model_config = model.config(
-        {**config.model_overrides(), "vocab_size": corpus.vocab_size, **remat},
-        preset=config.model_size,
-    )
+    pretrained = huggingface.read(config.init_from) if config.init_from else None
+    if pretrained is None:
+        overrides = {**config.model_overrides(), "vocab_size": corpus.vocab_size}
+    else:
+        overrides = pretrained_settings(config, pretrained, corpus)
+    preset = None if pretrained else config.model_size
+    model_config = model.config({**overrides, **remat}, preset=preset)
     if "block_size" in model_config:
         corpus.check_block_size(model_config["block_size"])
+    initial = None
+    if pretrained is not None:
+        initial = huggingface.fitted(pretrained, parameter_shapes(model, model_config))
     footprint = estimate(
         parameter_shapes(model, model_config).values(), model_config, config.batch_size
     )
@@ -209,7 +218,39 @@ def prepare(
         )
 
     evaluator = Evaluator(build_evaluation, *resolve_backend(config, plugins), config.device)
-    return TrainingSetup(config, model, model_config, corpus, program, evaluator)
+    return TrainingSetup(
+        config, model, model_config, corpus, program, evaluator, pretrained=initial
+    )
+
+
+def pretrained_settings(
+    config: RunConfig, pretrained: huggingface.Pretrained, corpus: Corpus
+) -> dict[str, int | None]:
+    """The model's settings from --init-from's checkpoint, and --block-size up to its
+    length; ConfigError where the flags or the data's tokens disagree with it."""
+    shape = pretrained.model_config
+    for key in ("n_layer", "n_head", "n_embd"):
+        given = config.model_overrides().get(key)
+        if given is not None and given != shape[key]:
+            raise ConfigError(
+                f"--init-from's model has {key} {shape[key]}; leave --{key.replace('_', '-')} out"
+            )
+    if config.model_size:
+        raise ConfigError("--init-from sets the model's size; leave --model-size out")
+    block_size = config.block_size or shape["block_size"]
+    if block_size > shape["block_size"]:
+        raise ConfigError(
+            f"--block-size {block_size} is longer than the {shape['block_size']} positions "
+            "of --init-from's model"
+        )
+    own = pretrained.tokenizer
+    same = own is None or own.to_json() == corpus.tokenizer.to_json()
+    if corpus.vocab_size > shape["vocab_size"] or not same:
+        raise ConfigError(
+            f"--data is not in --init-from's tokens: tokenize it with the model's tokenizer "
+            f"(`pcp data prepare INPUT --tokenizer {pretrained.source} -o DATA`)"
+        )
+    return {**shape, "block_size": block_size}
 
 
 def remat_setting(model: Model, config: RunConfig) -> dict[str, int]:
