@@ -20,6 +20,9 @@ SHEPHERD = "shepherd"
 
 # The run precisions (`--precision`; what each means: pcp_core.program.precision).
 PRECISIONS = ("f32", "bf16")
+# The learning-rate schedules after the warmup (`--lr-schedule`); as pcp_core.optimizers
+# has them (imported here would load numpy for `pcp --help`)
+SCHEDULES = ("cosine", "linear", "constant", "wsd")
 
 # Upper bounds of the numeric settings: far above any real run, low enough that a typo
 # (an exponent too many) is a one-line error instead of an overflow, a huge allocation or
@@ -34,6 +37,7 @@ UPPER_BOUNDS: dict[str, float] = {
     "steps_per_call": 10**5,
     "eval_batches": 10**5,
     "batch_size": 2**20,
+    "grad_accum": 2**16,
     "n_layer": 10**4,
     "n_head": 2**16,
     "n_embd": 2**20,
@@ -113,13 +117,26 @@ class RunConfig:
     )
     # training
     steps: int = _opt(300, "Inner optimizer steps (per worker for diloco).")
-    batch_size: int = _opt(16, "Sequences per step.")
+    batch_size: int = _opt(16, "Sequences per micro-batch: a step takes --grad-accum of them.")
+    grad_accum: int = _opt(
+        1,
+        "Gradient accumulation: a step's gradient is the mean over N micro-batches of "
+        "--batch-size, computed one after another (the activations of one micro-batch in "
+        "memory), so a step takes --batch-size × N sequences.",
+    )
     steps_per_call: int = _opt(10, "Steps the compiled program runs per call (K).")
     lr: float = _opt(3e-3, "Peak learning rate.")
     min_lr: float | None = _opt(
-        None, "Learning rate at the end of the cosine decay (default: a tenth of --lr)."
+        None, "Learning rate at the end of the decay (default: a tenth of --lr)."
     )
     warmup_steps: int = _opt(20, "Linear warmup steps.")
+    lr_schedule: str = _opt(
+        "cosine",
+        "After the warmup: cosine (decay to --min-lr at the end), linear (the same, in a "
+        "straight line), constant (--lr throughout), or wsd (warmup-stable-decay: --lr, "
+        "then a linear decay to --min-lr over the last --decay-fraction of the steps).",
+    )
+    decay_fraction: float = _opt(0.2, "wsd: the share of the steps the final decay takes.")
     grad_clip: float = _opt(1.0, "Global gradient-norm clip (0 disables).")
     seed: int = _opt(0, "Seed for initialisation and data order.")
     eval_every: int = _opt(100, "Evaluate validation loss every N steps (0: only at the end).")
@@ -163,12 +180,17 @@ class RunConfig:
             return [b.strip() for b in shepherd.worker_backends.split(",")]
         return [self.backend] * shepherd.workers
 
+    @property
+    def step_batch(self) -> int:
+        """Sequences a step takes: --batch-size micro-batches, --grad-accum of them."""
+        return self.batch_size * self.grad_accum
+
     def final_lr(self) -> float:
         """The learning rate the cosine decay ends at: `min_lr`, else a tenth of `lr`."""
         return self.lr / 10 if self.min_lr is None else self.min_lr
 
     def validate(self) -> "RunConfig":
-        for name in ("steps", "batch_size", "steps_per_call", "eval_batches"):
+        for name in ("steps", "batch_size", "grad_accum", "steps_per_call", "eval_batches"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be positive, got {getattr(self, name)}")
         parse_model_settings(self.model_settings)
@@ -187,6 +209,12 @@ class RunConfig:
             raise ConfigError(f"status_port must be in 0..65535, got {self.status_port}")
         if self.warmup_steps < 0 or self.eval_every < 0:
             raise ConfigError("warmup_steps and eval_every must not be negative")
+        if self.lr_schedule not in SCHEDULES:
+            raise ConfigError(
+                f"lr_schedule must be one of {', '.join(SCHEDULES)}: {self.lr_schedule!r}"
+            )
+        if not 0 < self.decay_fraction <= 1:
+            raise ConfigError(f"decay_fraction must be in (0, 1], got {self.decay_fraction}")
         if self.precision not in PRECISIONS:
             raise ConfigError(
                 f"precision must be one of {', '.join(PRECISIONS)}: {self.precision!r}"

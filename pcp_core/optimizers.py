@@ -15,6 +15,9 @@ import numpy as np
 
 T = TypeVar("T")
 # The schedule a train program carries as state, while its step is traced (schedule_from).
+# After the warmup (`--lr-schedule`); a schedule's kind is its index here
+SCHEDULES = ("cosine", "linear", "constant", "wsd")
+SCHEDULE_VALUES = 6  # the length of `schedule_values`
 _SCHEDULE: contextvars.ContextVar[Any | None] = contextvars.ContextVar("pcp_schedule", default=None)
 
 
@@ -29,6 +32,8 @@ class InnerSettings:
     min_lr: float = 1e-4
     warmup_steps: int = 20
     total_steps: int = 1000
+    schedule: str = "cosine"  # after the warmup: one of SCHEDULES
+    decay_steps: int = 0  # wsd: the final decay's steps
     grad_clip: float = 1.0  # global-norm clip; 0 disables it
     own: Any = None
 
@@ -44,26 +49,30 @@ def own_settings(settings: InnerSettings, declared: type[T]) -> T:
 
 
 def learning_rate(settings: InnerSettings) -> Any:
-    """PCP's inner schedule: linear warmup from 0 to `lr`, then cosine decay to `min_lr`
-    at `total_steps` (optax's `warmup_cosine_decay_schedule`, step for step).
+    """PCP's inner schedule: linear warmup from 0 to `lr`, then `settings.schedule`:
+    cosine decay to `min_lr` at `total_steps` (optax's `warmup_cosine_decay_schedule`,
+    step for step), a linear one, `lr` held constant, or warmup-stable-decay (`lr`, then
+    linear to `min_lr` over the last `decay_steps`).
 
     Inside `schedule_from(values)` (a train program that carries its schedule as state,
-    see `pcp_core.program.build`) it reads lr, min_lr, warmup and total steps from
-    `values` instead of `settings`, so one compiled program serves every schedule."""
+    see `pcp_core.program.build`) it reads `schedule_values` from `values` instead of
+    `settings`, so one compiled program serves every schedule."""
 
     def schedule(count: Any) -> Any:
         values = _SCHEDULE.get()
         if values is None:
-            values = (settings.lr, settings.min_lr, settings.warmup_steps, settings.total_steps)
-        return warmup_cosine(count, *(values[i] for i in range(4)))
+            values = schedule_values(settings)
+        return warmup_then(count, *(values[i] for i in range(SCHEDULE_VALUES)))
 
     return schedule
 
 
 def schedule_values(settings: InnerSettings) -> np.ndarray:
-    """`settings`' schedule as the float32 [lr, min_lr, warmup, total] a program that
-    carries it reads (exact for step counts below 2**24)."""
+    """`settings`' schedule as the float32 [lr, min_lr, warmup, total, kind, decay steps]
+    a program that carries it reads (kind: the index in SCHEDULES; exact for step counts
+    below 2**24)."""
     values = [settings.lr, settings.min_lr, settings.warmup_steps, settings.total_steps]
+    values += [SCHEDULES.index(settings.schedule), settings.decay_steps]
     return np.array(values, dtype=np.float32)
 
 
@@ -77,18 +86,31 @@ def schedule_from(values: Any) -> Iterator[None]:
         _SCHEDULE.reset(token)
 
 
-def warmup_cosine(count: Any, lr: Any, min_lr: Any, warmup: Any, total: Any) -> Any:
+def warmup_then(
+    count: Any, lr: Any, min_lr: Any, warmup: Any, total: Any, kind: Any, decay_steps: Any
+) -> Any:
     """The rate at step `count`, in jax: constants or traced values alike."""
     import jax.numpy as jnp
 
     count = jnp.asarray(count, jnp.float32)
     warmup = jnp.maximum(jnp.asarray(warmup, jnp.float32), 0.0)
-    decay = jnp.maximum(jnp.asarray(total, jnp.float32), warmup + 1.0) - warmup
+    total = jnp.asarray(total, jnp.float32)
+    decay = jnp.maximum(total, warmup + 1.0) - warmup
     lr = jnp.asarray(lr, jnp.float32)
     rising = (0.0 - lr) * (1.0 - count / jnp.maximum(warmup, 1.0)) + lr
     alpha = jnp.where(lr == 0.0, 0.0, min_lr / jnp.where(lr == 0.0, 1.0, lr))
     cosine = 0.5 * (1.0 + jnp.cos(jnp.pi * jnp.minimum(count - warmup, decay) / decay))
-    return jnp.where(count < warmup, rising, lr * ((1.0 - alpha) * cosine + alpha))
+    linear = 1.0 - jnp.minimum(count - warmup, decay) / decay
+    decay_steps = jnp.maximum(jnp.asarray(decay_steps, jnp.float32), 1.0)
+    stable_then = 1.0 - jnp.clip((count - (total - decay_steps)) / decay_steps, 0.0, 1.0)
+    kind = jnp.asarray(kind, jnp.float32)
+    fraction = jnp.where(
+        kind == 0.0,
+        cosine,
+        jnp.where(kind == 1.0, linear, jnp.where(kind == 2.0, 1.0, stable_then)),
+    )
+    after = jnp.where(kind == 2.0, lr, lr * ((1.0 - alpha) * fraction + alpha))
+    return jnp.where(count < warmup, rising, after)
 
 
 def clipped(settings: InnerSettings, step: "GradientTransformation") -> "GradientTransformation":

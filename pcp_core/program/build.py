@@ -156,8 +156,13 @@ def build_train_program(
     precision: str = "f32",
     identity: Mapping[str, Any] | None = None,
     schedule: np.ndarray | None = None,
+    micro_batches: int = 1,
 ) -> TrainProgram:
     """Trace and export `steps_per_call` train steps over a [K, batch, block] stack.
+
+    With `micro_batches` M over 1 (`--grad-accum`) a step's batch is M micro-batches of
+    batch / M, whose gradients are computed one after another and averaged: the mean
+    over the whole batch, with one micro-batch's activations in memory.
 
     `precision` (see `pcp_core.program.precision`) is the model's compute precision; the
     parameters, optimizer state and losses are float32 whatever it is. With `identity`
@@ -184,7 +189,12 @@ def build_train_program(
         TensorSpec("opt" + jax.tree_util.keystr(path), tuple(leaf.shape), np.dtype(leaf.dtype).name)
         for path, leaf in opt_paths
     ]
-    carried = () if schedule is None else (TensorSpec(SCHEDULE_TENSOR, (4,), "float32"),)
+    if batch_size % micro_batches:
+        raise ValueError(f"a batch of {batch_size} does not split into {micro_batches} parts")
+    if identity is not None and micro_batches > 1:
+        identity = {**identity, "micro_batches": micro_batches}
+    gradient = _accumulated(loss_of, micro_batches)
+    carried = () if schedule is None else (TensorSpec(SCHEDULE_TENSOR, schedule.shape, "float32"),)
 
     def train_step(params_tuple, opt_tuple, inputs, targets, unroll=False):
         params = dict(zip(names, params_tuple, strict=True))
@@ -193,8 +203,7 @@ def build_train_program(
 
         def one_step(carry, batch):
             params, opt_state = carry
-            params, batch = data_parallel(params), data_parallel(batch, batch=True)
-            loss, grads = jax.value_and_grad(loss_of)(params, *batch)
+            loss, grads = gradient(data_parallel(params), batch)
             with schedule_from(values[0]) if values else contextlib.nullcontext():
                 updates, opt_state = optimizer.update(grads, opt_state, params)
             params = data_parallel(jax.tree_util.tree_map(jnp.add, params, updates))
@@ -274,6 +283,31 @@ def build_eval_program(
         identity,
         init_opt_state=lambda params: [],
     )
+
+
+def _accumulated(loss_of: Callable, micro_batches: int) -> Callable:
+    """(params, (inputs, targets)) -> the loss and its gradient over the batch, in
+    `micro_batches` pieces one after another (their mean: the pieces are equal)."""
+    import jax
+    import jax.numpy as jnp
+
+    def whole(params: Any, batch: Any) -> Any:
+        return jax.value_and_grad(loss_of)(params, *data_parallel(batch, batch=True))
+
+    if micro_batches == 1:
+        return whole
+
+    def accumulated(params: Any, batch: Any) -> Any:
+        pieces = tuple(b.reshape(micro_batches, -1, *b.shape[1:]) for b in batch)
+
+        def add(total: Any, piece: Any) -> Any:
+            return jax.tree_util.tree_map(jnp.add, total, whole(params, piece)), None
+
+        zero = (jnp.zeros((), jnp.float32), jax.tree_util.tree_map(jnp.zeros_like, params))
+        total, _ = jax.lax.scan(add, zero, pieces)
+        return jax.tree_util.tree_map(lambda value: value / micro_batches, total)
+
+    return accumulated
 
 
 def _loss_of(model: Model, model_config: Mapping[str, int], precision: str) -> Callable:

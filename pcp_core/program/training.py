@@ -47,7 +47,7 @@ class TrainingSetup:
         return [s.name for s in self.program.param_specs]
 
     def tokens_per_step(self) -> int:
-        return self.config.batch_size * self.model_config["block_size"]
+        return self.config.step_batch * self.model_config["block_size"]
 
     def footprint(self) -> Footprint:
         return footprint_of(self.config, self.model_config, self.program)
@@ -149,6 +149,8 @@ def inner_settings(config: RunConfig) -> InnerSettings:
         min_lr=config.final_lr(),
         warmup_steps=config.warmup_steps,
         total_steps=config.steps,
+        schedule=config.lr_schedule,
+        decay_steps=round(config.decay_fraction * config.steps),
         grad_clip=config.grad_clip,
         own=config.plugins.get(config.optimizer),
     )
@@ -198,11 +200,12 @@ def prepare(
         model_config,
         optimizer.build(settings),
         steps_per_call=config.steps_per_call,
-        batch_size=config.batch_size,
+        batch_size=config.step_batch,
         seed=config.seed,
         precision=config.precision,
         identity=identity,
         schedule=schedule_values(settings),
+        micro_batches=config.grad_accum,
     )
     log_model(config, model_config, program)
 

@@ -108,7 +108,7 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
     losses = np.array([np.nan])
     for call in range(step // config.steps_per_call, config.steps // config.steps_per_call):
         x, y = setup.corpus.batches(
-            "train", config.steps_per_call, config.batch_size, block, stream=(config.seed, call)
+            "train", config.steps_per_call, config.step_batch, block, stream=(config.seed, call)
         )
         started = time.perf_counter()
         losses = executor.run(x, y)
