@@ -34,6 +34,8 @@ UPPER_BOUNDS: dict[str, float] = {
     "steps": MAX_STEPS,
     "warmup_steps": MAX_STEPS,
     "eval_every": MAX_STEPS,
+    "save_every": MAX_STEPS,
+    "keep": MAX_STEPS,
     "steps_per_call": 10**5,
     "eval_batches": 10**5,
     "batch_size": 2**20,
@@ -141,6 +143,12 @@ class RunConfig:
     seed: int = _opt(0, "Seed for initialisation and data order.")
     eval_every: int = _opt(100, "Evaluate validation loss every N steps (0: only at the end).")
     eval_batches: int = _opt(8, "Validation batches per evaluation.")
+    save_every: int = _opt(
+        0,
+        "Besides the rolling checkpoint.safetensors, keep one every N steps in "
+        "RUN_DIR/checkpoints/step-N.safetensors (0: none).",
+    )
+    keep: int = _opt(0, "With --save-every: keep only the newest N of those (0: all).")
     # watching a run
     status_port: int | None = _opt(
         None,
@@ -207,8 +215,9 @@ class RunConfig:
             raise ConfigError(f"seed must not be negative, got {self.seed}")
         if self.status_port is not None and not 0 <= self.status_port < 65536:
             raise ConfigError(f"status_port must be in 0..65535, got {self.status_port}")
-        if self.warmup_steps < 0 or self.eval_every < 0:
-            raise ConfigError("warmup_steps and eval_every must not be negative")
+        for name in ("warmup_steps", "eval_every", "save_every", "keep"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must not be negative, got {getattr(self, name)}")
         if self.lr_schedule not in SCHEDULES:
             raise ConfigError(
                 f"lr_schedule must be one of {', '.join(SCHEDULES)}: {self.lr_schedule!r}"

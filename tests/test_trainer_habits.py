@@ -66,3 +66,21 @@ def test_a_schedule_is_chosen_on_the_command_line(tmp_path: Path) -> None:
     bad = run_pcp("train", "--lr-schedule", "step", "--out", str(tmp_path / "bad"))
     assert bad.returncode != 0
     assert "lr_schedule must be one of cosine, linear, constant, wsd" in bad.stderr
+
+
+@pytest.mark.parametrize(
+    "algorithm", [[], ["--algorithm", "diloco", "--workers", "2", "--inner-steps", "10"]]
+)
+def test_checkpoints_kept_every_n_steps_the_newest_k(tmp_path: Path, algorithm) -> None:
+    run = tmp_path / "run"
+    result = run_pcp(
+        *("train", "--steps", "60", "--eval-every", "0", "--save-every", "20", "--keep", "2"),
+        *("--out", str(run), *TINY, *algorithm),
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    kept = sorted(p.name for p in (run / "checkpoints").iterdir())
+    assert kept == ["step-000000040.safetensors", "step-000000060.safetensors"]
+    at_40, metadata = checkpoint.load(run / "checkpoints" / kept[0])
+    assert json.loads(metadata["step"]) == 40
+    final, _ = checkpoint.load(run / "checkpoint.safetensors")
+    assert any(not np.array_equal(at_40[name], final[name]) for name in final)

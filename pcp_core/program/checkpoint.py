@@ -15,6 +15,7 @@ covered carry "sha256", over the tensors alone, and still load.
 import hashlib
 import json
 import os
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -116,3 +117,25 @@ def load_latest(path: Path) -> tuple[dict[str, np.ndarray], dict[str, str]]:
             continue
         return loaded
     raise CheckpointError(f"no intact checkpoint in {path.parent}: " + "; ".join(problems))
+
+
+KEPT_FOLDER = "checkpoints"  # beside the rolling checkpoint: those --save-every keeps
+
+
+def keep_copy(path: Path, step: int, keep: int) -> Path:
+    """The checkpoint just written at `path`, kept as checkpoints/step-N.safetensors (a
+    hard link where the file system allows: the rolling file's later renames leave it
+    be); then only the newest `keep` of those (0: all)."""
+    folder = path.parent / KEPT_FOLDER
+    folder.mkdir(exist_ok=True)
+    kept = folder / f"step-{step:09d}.safetensors"
+    kept.unlink(missing_ok=True)
+    try:
+        os.link(path, kept)
+    except OSError:
+        shutil.copy2(path, kept)
+    log.info("checkpoint kept", path=str(kept))
+    if keep:
+        for old in sorted(folder.glob("step-*.safetensors"))[:-keep]:
+            old.unlink(missing_ok=True)
+    return kept

@@ -83,6 +83,12 @@ class TrainingSetup:
         every = self.config.eval_every
         return step >= self.config.steps or bool(every and step % every < stride)
 
+    def saves_after(self, step: int, stride: int) -> bool:
+        """Whether a call or round of `stride` steps that ended at `step` passed a
+        multiple of `--save-every`: its checkpoint is kept (`save_checkpoint`)."""
+        every = self.config.save_every
+        return bool(every) and step // every > (step - stride) // every
+
     def save_checkpoint(
         self,
         run_dir: Path,
@@ -90,9 +96,11 @@ class TrainingSetup:
         step: int,
         extra: dict[str, np.ndarray] | None = None,
         resume: dict[str, Any] | None = None,
+        kept: bool = False,
     ) -> None:
         """The parameters by name (+ `extra` tensors) and what is needed to use them, plus
-        what an algorithm needs to resume from it (`resume`)."""
+        what an algorithm needs to resume from it (`resume`); `kept` (`saves_after`): also
+        as RUN_DIR/checkpoints/step-N.safetensors, the newest `--keep` of those kept."""
         tensors = dict(zip(self.param_names(), params, strict=True)) | (extra or {})
         metadata = {
             "step": step,
@@ -117,6 +125,8 @@ class TrainingSetup:
             )
             return
         self.checkpoint_error = None
+        if kept:
+            checkpoint.keep_copy(run_dir / "checkpoint.safetensors", step, self.config.keep)
 
     def summary(
         self,

@@ -11,6 +11,7 @@ once before the first step too, so its first-time costs land there, and the chec
 is written on a thread while training goes on (benchmarks/loop_time.py).
 """
 
+import functools
 import json
 import time
 from dataclasses import dataclass
@@ -70,13 +71,14 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
     checkpoints = OneInFlight("checkpoint")
 
     def checkpoint(params: list[Any], state: list[Any], at: Position) -> None:
-        """Write the checkpoint (on the checkpoint thread)."""
+        """Write the checkpoint (on the checkpoint thread), kept where --save-every says."""
         started = time.perf_counter()
         names = [OPT_PREFIX + spec.name for spec in program.opt_specs]
         optimizer = {name: np.asarray(array) for name, array in zip(names, state, strict=True)}
         step = at.step
+        kept = setup.saves_after(step, config.steps_per_call)
         setup.save_checkpoint(
-            ctx.run_dir, [np.asarray(p) for p in params], step, optimizer, at.metadata()
+            ctx.run_dir, [np.asarray(p) for p in params], step, optimizer, at.metadata(), kept
         )
         if setup.checkpoint_error is None:
             seconds = round(time.perf_counter() - started, 3)
@@ -128,6 +130,11 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
             raise FloatingPointError(f"loss became {losses[-1]} at step {step}; lower --lr")
         if setup.evaluates_after(step, config.steps_per_call):
             record["val_loss"] = val_loss = evaluate(Position(step, tokens))
+        elif setup.saves_after(step, config.steps_per_call):
+            at = Position(step, tokens)
+            checkpoints.submit(
+                functools.partial(checkpoint, executor.params(), executor.opt_state(), at)
+            )
         ctx.metrics.write(record)
         ctx.progress.update(step, loss=record["loss"], tokens_per_s=tokens / compute_s)
     checkpoints.wait()  # the last one is written before the summary says whether it was

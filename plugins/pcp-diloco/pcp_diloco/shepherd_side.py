@@ -310,7 +310,8 @@ def run(ctx: RunContext) -> dict[str, Any]:
                 state.val_loss = setup.validation_loss(params)
                 record["val_loss"] = state.val_loss
                 status.set_state("training", round=index)
-            if evaluate or state.next_round % config.shepherd.checkpoint_every == 0:
+            kept = setup.saves_after(step, advance)
+            if evaluate or kept or state.next_round % config.shepherd.checkpoint_every == 0:
                 # the outer optimizer's state and the copy the workers hold, copied as the
                 # parameters are: the next round changes them while this one is written
                 extra = {name: array.copy() for name, array in outer_step.state().items()}
@@ -326,7 +327,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
                     functools.partial(
                         setup.save_checkpoint,
                         *(ctx.run_dir, [p.copy() for p in params], step),
-                        *(extra, metadata),
+                        *(extra, metadata, kept),
                     )
                 )
             record |= utilisation.round(outcome.results)
