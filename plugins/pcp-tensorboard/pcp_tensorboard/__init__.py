@@ -5,16 +5,7 @@ RUN_DIR/tensorboard, with the record's `step` as the x axis, so `tensorboard --l
 RUN_DIR` shows the run while it trains. The writer is tensorboardX: no torch and no
 TensorFlow. It is imported when a run opens the sink, never when the plugin is loaded.
 
-The tags (README.md has the table):
-
-    loss/train, loss/train_mean, loss/val, loss/worker/ID
-    throughput/tokens, throughput/tokens_per_s
-    network/bytes_sent, network/bytes_received
-    time/elapsed_s, time/round_s, time/compute_s, time/communication_s, time/cycle_s
-    time/compute_utilisation, time/run_compute_utilisation
-    time/worker/ID/compute_s, time/worker/ID/wait_s, time/worker/ID/send_s
-    workers/count, workers/attempts, workers/rejected
-    other/KEY (other/KEY/SUBKEY): any other number a record holds
+The tags are the core's (`pcp_core.watch.scalars`; README.md has the table).
 
 Each record is flushed to the file as it is written, so a crash loses little. A run that
 replaces an earlier one (`--overwrite`) removes the earlier event files, as the core
@@ -25,7 +16,6 @@ which the resumed run writes again.
 
 import contextlib
 import json
-import math
 import os
 import sys
 import time
@@ -35,62 +25,11 @@ from typing import Any
 
 from pcp_core import hookimpl
 from pcp_core.watch.metrics import MetricSink
+from pcp_core.watch.scalars import Throughput, scalars, step_of
 
 PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
 FOLDER = "tensorboard"  # inside the run directory
-
-# Record key -> scalar tag. `step` is the x axis; `round` is step / inner steps.
-TAGS = {
-    "loss": "loss/train",
-    "loss_mean": "loss/train_mean",
-    "val_loss": "loss/val",
-    "tokens": "throughput/tokens",
-    "bytes_sent": "network/bytes_sent",
-    "bytes_received": "network/bytes_received",
-    "elapsed_s": "time/elapsed_s",
-    "round_s": "time/round_s",
-    "compute_s": "time/compute_s",
-    "communication_s": "time/communication_s",
-    "cycle_s": "time/cycle_s",
-    "compute_utilisation": "time/compute_utilisation",
-    "run_compute_utilisation": "time/run_compute_utilisation",
-    "workers": "workers/count",
-    "attempts": "workers/attempts",
-}
-NOT_PLOTTED = {"step", "round"}
-# each worker's seconds in a round (pcp_core.shepherd.utilisation), by worker
-WORKER_TIMES = {
-    "worker_compute_s": "compute_s",
-    "worker_wait_s": "wait_s",
-    "worker_send_s": "send_s",
-}
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def scalars(record: dict[str, Any]) -> dict[str, float]:
-    """The scalars of one metrics record, by tag (without throughput/tokens_per_s, which
-    needs the record before)."""
-    found: dict[str, float] = {}
-    for key, value in record.items():
-        if key in NOT_PLOTTED:
-            continue
-        if key == "worker_losses" and isinstance(value, dict):
-            found |= {f"loss/worker/{w}": float(v) for w, v in value.items() if is_number(v)}
-        elif key == "rejected" and isinstance(value, dict):
-            found["workers/rejected"] = float(len(value))
-        elif is_number(value):
-            found[TAGS.get(key, f"other/{key}")] = float(value)
-        elif key in WORKER_TIMES and isinstance(value, dict):
-            tag = WORKER_TIMES[key]
-            found |= {f"time/worker/{w}/{tag}": float(v) for w, v in value.items() if is_number(v)}
-        elif isinstance(value, dict):
-            found |= {f"other/{key}/{k}": float(v) for k, v in value.items() if is_number(v)}
-    return found
-
 
 # What tensorboardX's package imports at its top, where installed, for features this
 # writer never uses (torch tensors as values, comet.ml, S3 and GCS paths): torch alone
@@ -142,18 +81,14 @@ class TensorBoardWriter:
         self.writer: Any = None
         self.resumed = resumed
         self.records = 0
-        self.last: tuple[float, float] | None = None  # (elapsed_s, tokens) of the last record
+        self.throughput = Throughput()
 
     def write(self, record: dict[str, Any]) -> None:
-        step = record.get("step")
-        if is_number(step) and math.isfinite(step) and step == int(step):
-            step = int(step)
-        else:
-            step = self.records  # an algorithm whose records have no step: their count
+        step = step_of(record, self.records)
         if self.writer is None:
             self.writer = self._open(step)
         values = scalars(record)
-        rate = self.tokens_per_s(record)
+        rate = self.throughput.tokens_per_s(record)
         if rate is not None:
             values["throughput/tokens_per_s"] = rate
         summary = self._summary(
@@ -189,18 +124,7 @@ class TensorBoardWriter:
         records `keep` keeps is told by the steps the resumed run writes)."""
         self.close()
         self.resumed = True
-        self.last = None
-
-    def tokens_per_s(self, record: dict[str, Any]) -> float | None:
-        """Tokens per second since the previous record (none for the first: it would
-        count the compile and set-up time)."""
-        elapsed, tokens = record.get("elapsed_s"), record.get("tokens")
-        if not (is_number(elapsed) and is_number(tokens)):
-            return None
-        last, self.last = self.last, (float(elapsed), float(tokens))
-        if last is None or not math.isfinite(elapsed - last[0]) or elapsed <= last[0]:
-            return None
-        return (tokens - last[1]) / (elapsed - last[0])
+        self.throughput.restart()
 
     def close(self) -> None:
         if self.writer is not None:

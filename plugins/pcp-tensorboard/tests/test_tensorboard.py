@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from pcp_tensorboard import FOLDER, TENSORBOARD, scalars
+from pcp_tensorboard import FOLDER, TENSORBOARD
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.backend.event_processing.plugin_event_accumulator import (
     EventAccumulator as PluginEventAccumulator,
@@ -21,6 +21,7 @@ from tensorboard.backend.event_processing.plugin_event_accumulator import (
 from tensorboard.util.tensor_util import make_ndarray
 
 from pcp_core.testing.algorithm_suite import TINY_MODEL, run_pcp
+from pcp_core.watch.scalars import scalars
 
 SHORT = ("--batch-size", "4", "--steps", "20", "--steps-per-call", "10")
 
