@@ -234,6 +234,9 @@ class Backend:
     install_hint: str = ""
     # The architecture of a local device (see DetectArch), or None when it cannot tell.
     detect_arch: DetectArch | None = field(default=None, compare=False)
+    # (precision, why) of precisions it compiles but runs far slower than f32: a run in
+    # one is warned once at its start
+    slow_precisions: tuple[tuple[str, str], ...] = ()
 
     def resolve_arch(self, requested: str | None = None, device: int | None = None) -> str:
         """The requested architecture, else the one detected for device index `device`
@@ -260,6 +263,12 @@ class Backend:
                 f"backend {self.name!r} cannot train in {precision} "
                 f"(it supports {', '.join(self.precisions)})"
             )
+
+    def warn_if_slow(self, precision: str) -> None:
+        """One warning where `precision` is one it runs far slower than f32."""
+        why = dict(self.slow_precisions).get(precision)
+        if why is not None:
+            log.warning(f"--precision {precision} on {self.name} runs far slower than f32: {why}")
 
 
 def takes_device(detect: Callable[..., str | None]) -> bool:

@@ -27,6 +27,7 @@ SCHEDULES = ("cosine", "linear", "constant", "wsd")
 # Upper bounds of the numeric settings: far above any real run, low enough that a typo
 # (an exponent too many) is a one-line error instead of an overflow, a huge allocation or
 # a run with no end. Memory is checked separately, against the machine (pcp_core.program.resources).
+DEFAULT_PORT = 7433  # the shepherd's, where `pcp shepherd` and `pcp launch` are given none
 MAX_SECONDS = 7 * 24 * 3600.0
 MIN_SECONDS = 1.0  # the shortest timeout: below it a round or a heartbeat never completes
 MAX_STEPS = 10**9
@@ -145,8 +146,8 @@ class RunConfig:
     eval_batches: int = _opt(8, "Validation batches per evaluation.")
     save_every: int = _opt(
         0,
-        "Besides the rolling checkpoint.safetensors, keep one every N steps in "
-        "RUN_DIR/checkpoints/step-N.safetensors (0: none).",
+        "Besides the rolling checkpoint.safetensors, keep one every N steps, as "
+        "step-N.safetensors in the run's checkpoints folder (0: none).",
     )
     keep: int = _opt(0, "With --save-every: keep only the newest N of those (0: all).")
     # watching a run
@@ -326,7 +327,7 @@ class ShepherdSettings:
         "Fraction of results re-run on the shepherd from the worker's own starting state "
         "and compared (each costs a worker's round of compute here); a mismatch is a "
         "strike. Workers this machine can run (cpu); blocking rounds of whole models "
-        "(pcp_core.shepherd.spot_checks). 0: none.",
+        "(docs/security.md). 0: none.",
         low=0.0,
         high=1.0,
     )

@@ -57,7 +57,7 @@ class LaunchRequest:
 
     def worker_command(self, connect: str) -> list[str]:
         """`pcp worker` joining the shepherd at `connect` (HOST:PORT, may be a shell
-        expression such as `$host:7070` when the command goes into a script)."""
+        expression such as `$host:7433` when the command goes into a script)."""
         return [
             *(self.python, "-m", "pcp_core", "worker", "--connect", connect),
             *("--token-file", str(self.token_file), *self.worker_args),
@@ -89,5 +89,5 @@ class Launcher(ABC):
 
 def shell_join(command: list[str]) -> str:
     """`command` quoted for a POSIX shell, except words of the form `$name...`, which
-    stay expandable (`$host:7070`)."""
+    stay expandable (`$host:7433`)."""
     return " ".join(word if word.startswith("$") else shlex.quote(word) for word in command)

@@ -53,8 +53,8 @@ def test_onnx_logits_match_pcps(trained_run: Path, session, shape: tuple[int, in
 def test_onnx_greedy_text_is_pcp_samples(trained_run: Path, session, onnx_file: Path) -> None:
     """100 greedy tokens (past the 64-token block) read with the exported tokenizer and
     metadata alone: the text `pcp sample --top-k 1` gives."""
-    tokenizer = tokenizers.from_json(onnx_file.with_name("model.tokenizer.json").read_text())
-    block = json.loads(onnx_file.with_name("model.metadata.json").read_text())["block_size"]
+    tokenizer = tokenizers.load_tokenizer_file(onnx_file.with_name("model.tokenizer.json"))
+    block = json.loads(onnx_file.with_name("model.onnx.metadata.json").read_text())["block_size"]
     ids = [int(i) for i in tokenizer.encode(PROMPT)]
     for _ in range(100):
         context = np.asarray([ids[-block:]], np.int32)
@@ -68,13 +68,18 @@ def test_onnx_greedy_text_is_pcp_samples(trained_run: Path, session, onnx_file: 
 
 
 def test_metadata_names_the_run(trained_run: Path, onnx_file: Path) -> None:
-    metadata = json.loads(onnx_file.with_name("model.metadata.json").read_text())
+    metadata = json.loads(onnx_file.with_name("model.onnx.metadata.json").read_text())
     run = trained.load(trained_run)
     assert metadata["format"] == "onnx" and metadata["step"] == 60
     assert metadata["run_dir"] == str(trained_run.resolve())
     assert metadata["vocab_size"] == run.config["vocab_size"] == run.tokenizer.vocab_size
     assert metadata["block_size"] == run.config["block_size"] == 64
     assert metadata["tokenizer"] == "model.tokenizer.json"
+    # a real Hugging Face tokenizer file, with PCP's ids
+    from tokenizers import Tokenizer
+
+    hugging_face = Tokenizer.from_file(str(onnx_file.with_name("model.tokenizer.json")))
+    assert hugging_face.encode(PROMPT).ids == [int(i) for i in run.tokenizer.encode(PROMPT)]
 
 
 def test_stablehlo_parses_with_dynamic_batch_and_time(trained_run: Path, tmp_path: Path) -> None:
@@ -90,7 +95,8 @@ def test_stablehlo_parses_with_dynamic_batch_and_time(trained_run: Path, tmp_pat
         signature = str(main.type)
     assert signature == f"(tensor<?x?xi32>) -> tensor<?x?x{vocab}xf32>"
     assert (tmp_path / "model.tokenizer.json").exists()
-    assert json.loads((tmp_path / "model.metadata.json").read_text())["format"] == "stablehlo"
+    metadata = json.loads((tmp_path / "model.stablehlo.metadata.json").read_text())
+    assert metadata["format"] == "stablehlo"
 
 
 def test_iree_modules_run_on_their_own(trained_run: Path, tmp_path: Path) -> None:
@@ -105,7 +111,7 @@ def test_iree_modules_run_on_their_own(trained_run: Path, tmp_path: Path) -> Non
         str(tmp_path / "model.vmfb"),
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
-    meta = json.loads((tmp_path / "model.metadata.json").read_text())
+    meta = json.loads((tmp_path / "model.iree.metadata.json").read_text())
     assert meta["format"] == "iree" and meta["backend"] == "cpu" and meta["driver"] == "local-task"
     params = load_file(tmp_path / meta["parameters"])
     context = rt.SystemContext(config=rt.Config(meta["driver"]))

@@ -54,7 +54,7 @@ def test_the_kubernetes_manifests_validate_against_the_schema(tmp_path: Path) ->
     assert job["spec"]["completions"] == 3 and job["spec"]["completionMode"] == "Indexed"
     worker = job["spec"]["template"]["spec"]["containers"][0]
     assert worker["resources"]["limits"] == {"nvidia.com/gpu": 1}
-    assert "pcp-k8s-run-shepherd:7070" in worker["command"] and "xla" in worker["command"]
+    assert "pcp-k8s-run-shepherd:7433" in worker["command"] and "xla" in worker["command"]
     secret = (run_dir / "token").read_text().strip()
     apply = (run_dir / "apply.sh").read_text()
     assert "--from-file=token=" in apply and secret not in apply

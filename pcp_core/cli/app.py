@@ -50,6 +50,32 @@ app.add_typer(token_app, name="token")
 app.command("plot")(plot)
 
 
+# `pcp`'s own options, with the number of values each takes: accepted after the command
+# too (`pcp train --log-format json`), where typer alone would refuse them
+GLOBAL_OPTIONS = {"--log-format": 1, "--verbose": 0}
+
+
+def hoisted(args: list[str]) -> list[str]:
+    """`args` with `pcp`'s own options moved before the command, wherever they were."""
+    front: list[str] = []
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        argument = args[i]
+        if argument == "--":
+            rest += args[i:]
+            break
+        name = argument.split("=", 1)[0]
+        if name in GLOBAL_OPTIONS:
+            taken = 1 if "=" in argument else 1 + GLOBAL_OPTIONS[name]
+            front += args[i : i + taken]
+            i += taken
+            continue
+        rest.append(argument)
+        i += 1
+    return front + rest
+
+
 def main() -> None:
     # JAX (the shepherd's export and validation) must not take 75% of a GPU that IREE
     # workers on the same machine need: allocate on demand.
@@ -63,4 +89,4 @@ def main() -> None:
         sys.exit(1)
     training.register(app, declared_settings(host))
     host.add_commands(app)
-    app()
+    app(args=hoisted(sys.argv[1:]), prog_name="pcp")

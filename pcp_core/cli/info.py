@@ -123,7 +123,7 @@ def devices(
 
     table = Table(title="PCP devices")
     for column in ("backend", "runtime", "available", "devices", "arch", "note"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")  # at 80 columns, wrapped, never cut
     for r in rows:
         table.add_row(
             r.backend,
@@ -189,7 +189,7 @@ def list_plugins(
 
         table = Table(title="PCP plugins")
         for column in ("distribution", "version", "registers", "errors"):
-            table.add_column(column)
+            table.add_column(column, overflow="fold")
         for r in records:
             registers = ", ".join(f"{kind} {name}" for kind, name in r["registered"])
             table.add_row(r["distribution"], r["version"], registers, "\n".join(r["errors"]))

@@ -10,6 +10,7 @@ import typer
 
 from pcp_core import plugins
 from pcp_core.cli.common import fail, run_or_explain
+from pcp_core.config import DEFAULT_PORT
 
 
 def launch(
@@ -26,7 +27,9 @@ def launch(
         help="Where the script, the secret, the logs and the run go; every node must see it "
         "at this path (a shared file system). Default: runs/LAUNCHER-<timestamp>.",
     ),
-    port: int = typer.Option(7070, "--port", help="The shepherd's TCP port."),
+    port: int = typer.Option(
+        DEFAULT_PORT, "--port", help="The shepherd's TCP port (as `pcp shepherd`'s)."
+    ),
     worker_args: str = typer.Option(
         "",
         "--worker-args",

@@ -85,10 +85,11 @@ def worker(
         "or a run of over a minute, resets the count); 0: never, and no reconnecting.",
     ),
     give_up_after: float = typer.Option(
-        24 * 3600.0,
+        3600.0,
         "--give-up-after",
         help="Seconds to keep reconnecting, with backoff up to 30 s, while the shepherd is "
-        "out of reach (restarting, or the network down), counted from the last join.",
+        "out of reach (restarting, or the network down; a worker cannot tell a finished "
+        "run from those), counted from the last join.",
     ),
 ) -> None:
     """Join a shepherd and train on this machine's device until told to stop."""

@@ -140,9 +140,14 @@ def load_text_file(path: Path | None) -> Corpus:
     path = Path(path)
     if path.is_dir():
         if not (path / MANIFEST_NAME).is_file():
+            if any(path.iterdir()):  # its files are the inputs: the dataset goes elsewhere
+                prepared = path.with_name(f"{path.name}-prepared")
+                prepare = f"`pcp data prepare {path} -o {prepared}`, then --data {prepared}"
+            else:
+                prepare = f"`pcp data prepare INPUT... -o {path}`"
             raise DataError(
-                f"{path} is a directory without {MANIFEST_NAME}: prepare it with "
-                f"`pcp data prepare INPUT... -o {path}`, or pass a text file"
+                f"{path} is a directory without {MANIFEST_NAME}, not a prepared dataset: "
+                f"prepare one with {prepare}, or pass a text file"
             )
         return PreparedDataset.open(path)
     if not path.is_file():

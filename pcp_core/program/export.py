@@ -16,9 +16,12 @@ constants. Two formats:
   `AutoTokenizer.from_pretrained`): the built-in model is GPT-2's architecture
   (`pcp_core.program.huggingface`). The folder is the whole export.
 
-Beside the file go the run's tokenizer (`<name>.tokenizer.json`, what `pcp data
-prepare` wrote) and a small metadata file (`<name>.metadata.json`: vocabulary size,
-block size, model, the run and step it came from), so the file is usable on its own.
+Beside the file go the run's tokenizer as a Hugging Face `tokenizer.json`
+(`<name>.tokenizer.json`: the `tokenizers` library, in Python, Rust or JavaScript, loads
+it; PCP's chars and bytes tokenizers are written as BPEs without merges that give the
+same ids) and a small metadata file per format (`<name>.<format>.metadata.json`:
+vocabulary size, block size, model, the run and step it came from), so the file is
+usable on its own and the exports of several formats share a folder.
 """
 
 import json
@@ -29,6 +32,7 @@ from typing import Any
 
 import structlog
 
+from pcp_core.data import tokenizers
 from pcp_core.program import trained
 from pcp_core.program.build import without_locations
 
@@ -72,8 +76,8 @@ def export(
     elif iree_modules is not None:
         written, described = iree_modules(run, out)
     tokenizer_path = beside(out, "tokenizer.json")
-    tokenizer_path.write_text(run.tokenizer.to_json())
-    metadata_path = beside(out, "metadata.json")
+    tokenizers.hugging_face_tokenizer(run.tokenizer).save(str(tokenizer_path))
+    metadata_path = beside(out, f"{format}.metadata.json")
     about = metadata(run, format, run_dir, tokenizer_path) | described
     metadata_path.write_text(json.dumps(about, indent=2))
     return [*written, tokenizer_path, metadata_path]

@@ -71,8 +71,10 @@ def train(
         )
     distributed = algorithm.worker_round is not None
     trainers = config.local_worker_backends() if distributed else [config.backend]
-    for name in {config.backend, *trainers}:
+    for name in sorted({config.backend, *trainers}):
         host.backend(name).check_precision(config.precision)  # fail before any work
+    for name in sorted(set(trainers)):
+        host.backend(name).warn_if_slow(config.precision)
     if local_workers:  # no worker starts, to crash and be restarted, without a device
         for name in sorted(set(trainers)):
             backend = host.backend(name)

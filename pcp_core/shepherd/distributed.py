@@ -15,7 +15,7 @@ import structlog
 
 from pcp_core.algorithms import RunContext
 from pcp_core.backends import DeviceChoice, device_label, multi_device
-from pcp_core.config import ConfigError, RunConfig
+from pcp_core.config import DEFAULT_PORT, ConfigError, RunConfig
 from pcp_core.iree.malloc import retaining_env
 from pcp_core.program.training import TrainingSetup
 from pcp_core.shepherd.accountability import Accountability, Policy
@@ -30,8 +30,6 @@ from pcp_core.wire.messages import RunSettings
 from pcp_core.wire.transport import Listener, TransportOptions
 
 log = structlog.get_logger(__name__)
-
-DEFAULT_PORT = 7433
 
 
 def listener_options(config: RunConfig) -> TransportOptions:

@@ -69,7 +69,7 @@ class Dashboard:
 def render(snapshot: dict[str, Any], width: int = 100) -> RenderableType:
     """The whole dashboard for one snapshot (a pure function, so tests can call it)."""
     run = snapshot["run"]
-    parts: list[RenderableType] = [_header(run), _workers(snapshot)]
+    parts: list[RenderableType] = [_header(run), _workers(snapshot, width)]
     parts.append(_loss_chart(snapshot["history"], run, max(width - 16, 20)))
     if run.get("last_round"):
         parts.append(_communication(run))
@@ -100,31 +100,42 @@ def _header(run: dict[str, Any]) -> Panel:
     return Panel(Group(facts, bar), title=title, subtitle=state, title_align="left")
 
 
-def _workers(snapshot: dict[str, Any]) -> Table:
+# The workers table's columns (name, right-aligned); below WIDE_COLUMNS of terminal, the
+# narrow set, so that at 80 columns nothing is cut
+COLUMNS = (
+    ("#", False), ("name", False), ("backend/arch", False), ("address", False),
+    ("state", False), ("inner step", False), ("loss", True), ("steps/s", True),
+    ("tok/s", True), ("compute/wait/send", True), ("rounds", True), ("heard", True),
+)  # fmt: skip
+NARROW = ("#", "name", "state", "inner step", "loss", "tok/s", "heard")
+WIDE_COLUMNS = 120
+
+
+def _workers(snapshot: dict[str, Any], width: int) -> Table:
+    shown = [c for c in COLUMNS if width >= WIDE_COLUMNS or c[0] in NARROW]
     table = Table(title="workers", title_justify="left", expand=True, pad_edge=False)
-    for column in ("#", "name", "backend/arch", "address", "state", "inner step"):
-        table.add_column(column, no_wrap=True)
-    for column in ("loss", "steps/s", "tok/s", "compute/wait/send", "rounds", "heard"):
-        table.add_column(column, justify="right", no_wrap=True)
+    for column, right in shown:
+        table.add_column(column, justify="right" if right else "left", overflow="fold")
     for w in snapshot["workers"]:
         step = "" if w["inner_step"] is None else f"~{w['inner_step']}/{w['inner_steps']}"
         heard = "" if w["last_heard_s"] is None else f"{w['last_heard_s']:.0f}s ago"
-        table.add_row(
-            str(w["index"]),
-            w["name"],
-            f"{w['backend']}/{w['arch']}",
-            w["address"],
-            Text(w["state"], style=STATE_STYLES.get(w["state"], "")),
-            step,
-            _number(w["loss"], "{:.4f}"),
-            _number(w["steps_per_s"], "{:.1f}"),
-            _number(w["tokens_per_s"], "{:,.0f}"),
-            _times(w),
-            str(w["rounds"]),
-            heard,
-        )
+        cells = {
+            "#": str(w["index"]),
+            "name": w["name"],
+            "backend/arch": f"{w['backend']}/{w['arch']}",
+            "address": w["address"],
+            "state": Text(w["state"], style=STATE_STYLES.get(w["state"], "")),
+            "inner step": step,
+            "loss": _number(w["loss"], "{:.4f}"),
+            "steps/s": _number(w["steps_per_s"], "{:.1f}"),
+            "tok/s": _number(w["tokens_per_s"], "{:,.0f}"),
+            "compute/wait/send": _times(w),
+            "rounds": str(w["rounds"]),
+            "heard": heard,
+        }
+        table.add_row(*(cells[column] for column, _ in shown))
     if not snapshot["workers"]:
-        table.add_row("", Text("waiting for workers", style="dim"), *[""] * 10)
+        table.add_row("", Text("waiting for workers", style="dim"), *[""] * (len(shown) - 2))
     return table
 
 

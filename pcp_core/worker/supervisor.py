@@ -44,7 +44,10 @@ from pcp_core import exit_codes
 log = structlog.get_logger(__name__)
 
 STABLE_S = 60.0
-GIVE_UP_AFTER_S = 24 * 3600.0  # how long a worker keeps trying to reach its shepherd
+# How long a worker keeps trying to reach its shepherd: long enough for a shepherd's
+# restart or a network's outage, not so long that a worker of a finished run (which it
+# cannot tell from a restarting one) lingers for a day.
+GIVE_UP_AFTER_S = 3600.0
 GRACE_S = 10.0  # how long a signalled worker may take to exit before it is killed
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
@@ -170,7 +173,12 @@ class Supervisor:
                         give_up_after_s=self.give_up_after_s,
                     )
                     return code
-                log.warning("the shepherd is out of reach; trying again", in_s=delay)
+                log.warning(
+                    "the shepherd is out of reach; trying again",
+                    in_s=delay,
+                    # restarting, a network down, or a run that ended: it cannot tell
+                    giving_up_in_s=round(self.give_up_after_s - unreachable_s),
+                )
             elif in_a_row >= self.max_restarts:
                 log.error(
                     "worker is in a crash loop; giving up",

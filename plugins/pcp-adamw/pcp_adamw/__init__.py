@@ -37,7 +37,8 @@ class AdamWSettings:
     beta1: float = setting(
         0.9,
         "First-moment decay (beta1). Left at 0.9, DiLoCo's workers without overlapped "
-        "rounds take 0.8 (--inner-momentum-decay).",
+        "rounds take 0.7 up to eight workers, 0.8 beyond (its setting "
+        "inner-momentum-decay).",
         low=0,
         high=1,
         high_open=True,

@@ -53,6 +53,7 @@ CPU = Backend(
     default_arch="generic",
     description="host CPU through IREE llvm-cpu",
     detect_arch=detect_arch,
+    slow_precisions=(("bf16", "CPUs without bf16 matrix units emulate every product"),),
 )
 
 
