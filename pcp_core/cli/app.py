@@ -2,6 +2,7 @@
 
 import os
 import sys
+from typing import Any
 
 import typer
 
@@ -76,6 +77,14 @@ def hoisted(args: list[str]) -> list[str]:
     return front + rest
 
 
+def with_plugins(host: Any) -> typer.Typer:
+    """The app with the commands that depend on the installed plugins: `pcp train` and
+    `pcp shepherd` with every plugin's settings, and the plugins' own commands."""
+    training.register(app, declared_settings(host))
+    host.add_commands(app)
+    return app
+
+
 def main() -> None:
     # JAX (the shepherd's export and validation) must not take 75% of a GPU that IREE
     # workers on the same machine need: allocate on demand.
@@ -87,6 +96,4 @@ def main() -> None:
     except plugins.PluginLoadError as error:
         typer.secho(f"error: {error}", fg=typer.colors.RED, err=True)
         sys.exit(1)
-    training.register(app, declared_settings(host))
-    host.add_commands(app)
-    app(args=hoisted(sys.argv[1:]), prog_name="pcp")
+    with_plugins(host)(args=hoisted(sys.argv[1:]), prog_name="pcp")
