@@ -327,4 +327,6 @@ def test_cli_errors_are_one_line(tmp_path: Path) -> None:
     (tmp_path / "plain").mkdir()
     done = run_pcp("train", "--data", str(tmp_path / "plain"), "--steps", "10")
     assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
-    assert "without manifest.json: prepare it with `pcp data prepare" in done.stderr
+    assert "without manifest.json, not a prepared dataset: prepare one with `pcp data prepare" in (
+        done.stderr
+    )
