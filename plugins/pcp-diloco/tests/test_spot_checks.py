@@ -20,20 +20,21 @@ pytestmark = pytest.mark.serial  # several processes a run
 ROUNDS, INNER_STEPS, HONEST = 8, 10, 3
 
 
-def run(e2e: Any, token_file: Path, out: Path, attack: str, *extra: str) -> str:
-    """Three honest workers and one attacker, every result checked; the shepherd's log."""
+def run(e2e: Any, token_file: Path, out: Path, attack: str, *extra: str, attackers: int = 1) -> str:
+    """Three honest workers and the attackers, every result checked; the shepherd's log."""
     shepherd, address = e2e.shepherd(
-        *("--backend", "cpu", "--workers", str(HONEST + 1), "--out", str(out)),
+        *("--backend", "cpu", "--workers", str(HONEST + attackers), "--out", str(out)),
         *("--steps", str(ROUNDS * INNER_STEPS), "--inner-steps", str(INNER_STEPS)),
         *("--eval-every", "0", "--token-file", str(token_file), "--spot-check", "1", *extra),
     )
     for i in range(HONEST):
         e2e.pcp(f"honest-{i}", "worker", "--connect", address, "--token-file", str(token_file))
     e2e.wait_for(lambda: shepherd.err().count("worker joined") >= HONEST, 120, "honest joins")
-    command = [sys.executable, "-m", "pcp_core.testing.attacker", attack, address]
-    command += ["--token-file", str(token_file), "--name", "attacker-0"]
-    command += ["--state-dir", str(out.parent / "attacker-0")]
-    e2e.start("attacker-0", command)
+    for i in range(attackers):
+        command = [sys.executable, "-m", "pcp_core.testing.attacker", attack, address]
+        command += ["--token-file", str(token_file), "--name", f"attacker-{i}"]
+        command += ["--state-dir", str(out.parent / f"attacker-{i}"), "--seed", str(i)]
+        e2e.start(f"attacker-{i}", command)
     return finished(shepherd)
 
 
@@ -82,3 +83,22 @@ def test_spot_checks_refuse_rounds_they_cannot_re_run(e2e: Any, tmp_path: Path) 
     )
     assert handle.process.returncode != 0
     assert "--spot-check re-runs whole rounds" in handle.err()
+
+
+def test_two_colluding_ratchets_of_five_are_caught_by_the_checks(
+    e2e: Any, token_file: Path, tmp_path: Path
+) -> None:
+    """Half the merge's weight growing 1.5x a round looks plausible to every score (the
+    norm's median moves with them); re-running their rounds does not."""
+    out = tmp_path / "run"
+    log = run(e2e, token_file, out, "ratchet:1.5", attackers=2)
+    summary = json.loads((out / "summary.json").read_text())
+    assert sorted(summary["quarantined"]) == ["attacker-0", "attacker-1"], summary["strikes"]
+    for i in range(2):
+        struck = [
+            int(m.group(1))
+            for line in log.splitlines()
+            if f"attacker-{i}" in line and "differs from the round re-run" in line
+            if (m := re.search(r"\bround=(\d+)", line))
+        ]
+        assert struck and min(struck) == 1, struck  # round 0's ratchet is G^0 = 1: honest
