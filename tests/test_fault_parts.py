@@ -91,6 +91,7 @@ def test_a_result_refused_for_its_norm_still_reports_its_speed() -> None:
         assignments={i: Assignment(1, 10, 0, 1, 0) for i in range(3)},
         status=RunStatus(log_progress=False),
         accountability=Accountability(),
+        spot_checks=None,
     )
     links = [
         SimpleNamespace(
