@@ -1,4 +1,4 @@
-# Sourced by the device-call scripts under benchmarks/results, from the repository root on
+# Sourced by device-call scripts (kept in the ignored .device/), from the repository root on
 # the GPU machine (jax and torch there, no PCP): PCP's pure-Python dependencies from the
 # carried wheels (`.device/anchor`), this checkout's packages and benchmarks/ on the path.
 # The wheels, fetched here once per checkout (.device/ is ignored):

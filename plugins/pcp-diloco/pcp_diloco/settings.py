@@ -252,7 +252,7 @@ class WorkerCountDefaults(NamedTuple):
 # beta1 below, H = 20 beat 25 from three workers up: at eight in 10 of 12 runs on five
 # corpora (diloco_trials_2026-11-28-m8-tail), at four in all 11 (-m4-h20), and in 21 of
 # the 24 runs of the benchmark's table at M = 4 and 8 (0.9 points on average, the three
-# losses on village: diloco_trials_2026-11-29-h20-by-workers.md), for 21% more bytes.
+# losses on village), for 21% more bytes.
 # The workers' beta1: up to eight workers 0.7 beat 0.8 in all eleven distinct runs of the
 # trials (by 0.1-1.7 points: diloco_trials_2026-11-28-beta1.md and -seed2.md) and in 22 of
 # the 24 runs of the benchmark's table at M = 4 and 8 (four corpora, seeds 0-2; one tie,
