@@ -26,12 +26,22 @@ NAMING = ("result rejected", "result left out", "result down-weighted", "worker 
 HONEST_LOSS: dict[tuple[int, int], float] = {}  # honest, absent -> val loss: one run each
 
 
-def run(e2e: Any, token_file: Path, out: Path, honest: int, attack: str, attackers: int) -> str:
-    """A run of `honest` workers and `attackers` attackers to its end; the shepherd's log."""
+def run(
+    e2e: Any,
+    token_file: Path,
+    out: Path,
+    honest: int,
+    attack: str,
+    attackers: int,
+    *extra: str,
+    rounds: int = ROUNDS,
+) -> str:
+    """A run of `honest` workers and `attackers` attackers to its end (`extra`: more
+    shepherd flags); the shepherd's log."""
     shepherd, address = e2e.shepherd(
         *("--backend", "cpu", "--workers", str(honest + attackers), "--out", str(out)),
-        *("--steps", str(ROUNDS * INNER_STEPS), "--inner-steps", str(INNER_STEPS)),
-        *("--eval-every", "0", "--token-file", str(token_file)),
+        *("--steps", str(rounds * INNER_STEPS), "--inner-steps", str(INNER_STEPS)),
+        *("--eval-every", "0", "--token-file", str(token_file), *extra),
     )
     for i in range(honest):
         e2e.pcp(f"honest-{i}", "worker", "--connect", address, "--token-file", str(token_file))

@@ -7,35 +7,23 @@ forged inner state), is struck at each check and quarantined."""
 
 import json
 import re
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from .test_faults import finished
+from .test_attacks import run as attack_run
 
 pytestmark = pytest.mark.serial  # several processes a run
 
-ROUNDS, INNER_STEPS, HONEST = 8, 10, 3
+ROUNDS, HONEST = 8, 3
 
 
 def run(e2e: Any, token_file: Path, out: Path, attack: str, *extra: str, attackers: int = 1) -> str:
     """Three honest workers and the attackers, every result checked; the shepherd's log."""
-    shepherd, address = e2e.shepherd(
-        *("--backend", "cpu", "--workers", str(HONEST + attackers), "--out", str(out)),
-        *("--steps", str(ROUNDS * INNER_STEPS), "--inner-steps", str(INNER_STEPS)),
-        *("--eval-every", "0", "--token-file", str(token_file), "--spot-check", "1", *extra),
+    return attack_run(
+        e2e, token_file, out, HONEST, attack, attackers, "--spot-check", "1", *extra, rounds=ROUNDS
     )
-    for i in range(HONEST):
-        e2e.pcp(f"honest-{i}", "worker", "--connect", address, "--token-file", str(token_file))
-    e2e.wait_for(lambda: shepherd.err().count("worker joined") >= HONEST, 120, "honest joins")
-    for i in range(attackers):
-        command = [sys.executable, "-m", "pcp_core.testing.attacker", attack, address]
-        command += ["--token-file", str(token_file), "--name", f"attacker-{i}"]
-        command += ["--state-dir", str(out.parent / f"attacker-{i}"), "--seed", str(i)]
-        e2e.start(f"attacker-{i}", command)
-    return finished(shepherd)
 
 
 def check_lines(log: str, worker: str) -> list[str]:
