@@ -171,6 +171,9 @@ def write(
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    # GPT-2's end-of-text token where the vocabulary has one; else none (transformers'
+    # default, 50256, lies outside a smaller vocabulary)
+    end = tokenizers.hugging_face_tokenizer(tokenizer).token_to_id("<|endoftext|>")
     config = {
         "architectures": ["GPT2LMHeadModel"],
         "model_type": "gpt2",
@@ -186,6 +189,8 @@ def write(
         "embd_pdrop": 0.0,
         "attn_pdrop": 0.0,
         "tie_word_embeddings": True,
+        "bos_token_id": end,
+        "eos_token_id": end,
         "torch_dtype": "float32",
     }
     tensors = {}
