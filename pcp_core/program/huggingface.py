@@ -54,6 +54,8 @@ class Pretrained:
 def read(directory: Path) -> Pretrained:
     """The GPT-2 checkpoint in `directory`; ConfigError, one line, for what does not map."""
     directory = Path(directory)
+    if not directory.is_dir():
+        raise ConfigError(f"--init-from {directory}: no such folder")
     config_path = directory / "config.json"
     if not config_path.is_file():
         raise ConfigError(f"--init-from {directory}: no config.json (a Hugging Face model folder)")
