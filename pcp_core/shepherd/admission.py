@@ -384,18 +384,25 @@ class Admission:
         tensors = [Tensor("artifact", np.frombuffer(artifact.data, dtype=np.uint8))]
         tensors += self._shared_tensors()
         assigned: dict[str, Path] = {}
-        shards = training_shards(self.setup.corpus)
-        names = None
-        if shards is None:
+        names = self.shard_names(link.index)
+        if names is None:
             tensors.append(self._tokens())
         else:
-            names = assign_shards(list(shards), link.index, self.setup.config.shepherd.workers)
+            shards = training_shards(self.setup.corpus) or {}
             assigned = {name: shards[name] for name in names}
             log.info("data shards assigned", worker=link.label, shards=names)
         settings = self.worker_settings(names)
         setup = Setup(artifact.kind, artifact.sha256, settings.to_json(), tensors)
         self.setup_bytes += link.conn.send(setup)
         return assigned
+
+    def shard_names(self, index: int) -> list[str] | None:
+        """Worker `index`'s share of a prepared dataset's training shards; None for a
+        text corpus, which travels whole."""
+        shards = training_shards(self.setup.corpus)
+        if shards is None:
+            return None
+        return assign_shards(list(shards), index, self.setup.config.shepherd.workers)
 
     def worker_settings(self, shard_names: list[str] | None) -> WorkerSettings:
         """What a worker's Setup tells it: the run's settings, the program's shape, and

@@ -398,8 +398,11 @@ def _spot_check(
         return
     started = time.perf_counter()
     failed = checks.check(link, plan, result, arrays)
+    seconds = time.perf_counter() - started
     with counting:
         outcome.spot_checks += 1
-        outcome.spot_check_s += time.perf_counter() - started
+        outcome.spot_check_s += seconds
+        checks.checks += 1
+        checks.seconds += seconds
     if failed:
         raise BadResult(failed)

@@ -33,7 +33,6 @@ import structlog
 
 from pcp_core.audits import RoundStart
 from pcp_core.codecs import Feedback, on_the_wire
-from pcp_core.data.shard_transfer import assign_shards, training_shards
 from pcp_core.data.shards import PreparedDataset
 from pcp_core.wire.messages import Audit, AuditState, Result, RunSettings, WorkerSettings
 from pcp_core.wire.transport import TransportError
@@ -65,7 +64,7 @@ class SpotChecks:
     admission: Any  # pcp_core.shepherd.admission.Admission: programs, corpus, plugins
     worker_round: WorkerRound
     choose: Callable[[], float] = secrets.SystemRandom().random  # no worker can predict it
-    checks: int = 0
+    checks: int = 0  # counted, with their seconds, by the round that asked for them
     failures: int = 0  # results that failed a check, or broke the chain of a checked one
     seconds: float = 0.0
     _executors: dict[tuple[str, str], Any] = dataclasses.field(default_factory=dict)
@@ -115,12 +114,10 @@ class SpotChecks:
                 reply.tensors, list(settings.opt_specs), list(settings.param_specs)
             )
         except ValueError as error:
-            return self._failed(link, plan, str(error), started)
+            return self._failed(link, plan, str(error))
         if start.digest([name for name, _, _ in settings.opt_specs]) != result.state_digest:
-            return self._failed(link, plan, "its state is not the one its result named", started)
+            return self._failed(link, plan, "its state is not the one its result named")
         found = self._rerun(link, plan, settings, start, result, arrays)
-        self.checks += 1
-        self.seconds += time.perf_counter() - started
         log.info(
             "spot check",
             worker=link.label,
@@ -135,16 +132,14 @@ class SpotChecks:
                 plan,
                 f"its result differs from the round re-run from its state by "
                 f"{found.delta_difference:.2%} (losses {found.loss_difference:.2%})",
-                started,
             )
         if found.delta_difference == 0.0:
             with self._lock:
                 self._continues[link.hello.worker_name] = (plan.round, link.conn, found.end_digest)
         return None
 
-    def _failed(self, link: Any, plan: Any, problem: str, started: float) -> str:
+    def _failed(self, link: Any, plan: Any, problem: str) -> str:
         self.failures += 1
-        self.seconds += time.perf_counter() - started
         return plan.accountability.strike(plan.round, link.hello.worker_name, problem)
 
     def _rerun(
@@ -211,18 +206,12 @@ class SpotChecks:
         return self._executors[key]
 
     def _worker_settings(self, index: int) -> WorkerSettings:
-        return self.admission.worker_settings(self._manifest_names(index))
-
-    def _manifest_names(self, index: int) -> list[str] | None:
-        shards = training_shards(self.admission.setup.corpus)
-        if shards is None:
-            return None
-        return assign_shards(list(shards), index, self.admission.setup.config.shepherd.workers)
+        return self.admission.worker_settings(self.admission.shard_names(index))
 
     def _corpus(self, index: int) -> Any:
         """The worker's training data: the whole text corpus, or its share of the shards."""
         corpus = self.admission.setup.corpus
-        names = self._manifest_names(index)
+        names = self.admission.shard_names(index)
         if names is None:
             return corpus
         return PreparedDataset(corpus.directory, corpus.manifest, names, corpus.paths)

@@ -80,7 +80,7 @@ def test_rounds_reported_ahead_of_their_assignment_count_and_train(tmp_path: Pat
     assert len(rounds) == 12 and all(r["workers"] == 2 for r in rounds)
     assert sum(r["ahead"] for r in rounds) > 0, [r["ahead"] for r in rounds]
     # it learned; how many rounds run ahead, from stale points, follows the machine's load
-    # (0.82 of the unigram entropy on a busy CI machine, 2026-12-07), as in the test above
+    # (a busy machine ends higher), so it is judged as the test above judges it
     assert summary["final_val_loss"] < 0.85 * summary["unigram_entropy"]
 
 
