@@ -26,7 +26,7 @@ def pcp_register_datasets(register) -> None:
 
 
 def _run_local(ctx: RunContext) -> dict[str, Any]:
-    from pcp_core.run.local import run_local  # here: keeps `pcp --help` fast
+    from pcp_core.local.training import run_local  # here: keeps `pcp --help` fast
 
     return run_local(ctx)
 

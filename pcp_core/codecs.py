@@ -26,6 +26,7 @@ the `count` values it was asked for.
 import struct
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import numpy as np
 
@@ -160,9 +161,13 @@ class Float32(Codec):
 FLOAT32 = Float32()
 
 
-def on_the_wire(name: str) -> Codec | None:
+class CodecLookup(Protocol):
+    """Where codecs are found by name: the run's plugin host."""
+
+    def codec(self, name: str) -> Codec: ...
+
+
+def on_the_wire(name: str, codecs: CodecLookup) -> Codec | None:
     """The registered codec `name` tensors are encoded with, or None for f32: float32
     tensors then cross as they are, unframed (today's wire format)."""
-    from pcp_core import plugins
-
-    return None if name == FLOAT32.name else plugins.host().codec(name)
+    return None if name == FLOAT32.name else codecs.codec(name)

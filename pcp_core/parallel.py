@@ -11,6 +11,7 @@ A function given to `pieces` must not call `pieces` itself: the pool's threads w
 wait on work queued behind them.
 """
 
+import math
 import os
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -57,3 +58,31 @@ def _flat(array: Any) -> np.ndarray:
     if not isinstance(array, np.ndarray) or not array.flags.c_contiguous:
         raise ValueError("pieces() needs C-contiguous numpy arrays: a flat copy hides writes")
     return array.reshape(-1)
+
+
+def delta_norm(arrays: list[np.ndarray]) -> float:
+    """The norm a worker announces for its pseudo-gradient, summed in float64: float32
+    squares overflow to Inf from values of about 1e19, and Inf compares equal to any
+    announced Inf-sized norm. Pieces keep the float64 copies
+    small; their squares are added in order, so the norm does not depend on threads."""
+    return math.sqrt(sum(pieces(_squares, contiguous(arrays))))
+
+
+def difference_norm(new: list[np.ndarray], old: list[np.ndarray]) -> float:
+    """`delta_norm` of new - old, without a model-sized copy of the difference."""
+    return math.sqrt(sum(pieces(lambda a, b: _squares(a - b), new, old)))
+
+
+def _squares(piece: np.ndarray) -> float:
+    wide = piece.astype(np.float64)
+    return float(np.dot(wide, wide))
+
+
+def all_finite(arrays: list[np.ndarray]) -> bool:
+    finite = pieces(lambda piece: bool(np.isfinite(piece).all()), contiguous(arrays))
+    return all(finite)
+
+
+def contiguous(arrays: list[np.ndarray]) -> list[np.ndarray]:
+    """Arrays only read, as `pieces` takes them (a copy only of one that is not)."""
+    return [np.ascontiguousarray(array) for array in arrays]

@@ -1,10 +1,10 @@
-"""The state a spot check asks for (pcp_core.audits): its digest binds every byte, name,
+"""The state a spot check asks for (pcp_core.worker.audits): its digest binds every byte, name,
 dtype and shape, and a state that is not the program's is refused."""
 
 import numpy as np
 import pytest
 
-from pcp_core.audits import RESIDUAL_PREFIX, RoundStart
+from pcp_core.worker.audits import RESIDUAL_PREFIX, RoundStart
 from pcp_core.shepherd.spot_checks import relative_difference
 from pcp_core.wire.messages import Tensor
 

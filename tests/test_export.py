@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from pcp_core import plugins
 from pcp_core.data import tokenizers
 from pcp_core.program import trained
 from tests.conftest import run_pcp
@@ -35,7 +36,7 @@ def pcp_logits(run_dir: Path, tokens: np.ndarray) -> np.ndarray:
     """PCP's own forward pass (the model plugin's logits), in float32 on the CPU."""
     import jax.numpy as jnp
 
-    run = trained.load(run_dir)
+    run = trained.load(run_dir, plugins.host())
     assert run.model.logits is not None
     return np.asarray(run.model.logits(run.config, run.params, jnp.asarray(tokens)))
 
@@ -43,7 +44,7 @@ def pcp_logits(run_dir: Path, tokens: np.ndarray) -> np.ndarray:
 @pytest.mark.parametrize("shape", [(1, 7), (3, 64)])
 def test_onnx_logits_match_pcps(trained_run: Path, session, shape: tuple[int, int]) -> None:
     """Two batch and sequence sizes through the one file: both axes are dynamic."""
-    vocab = trained.load(trained_run).config["vocab_size"]
+    vocab = trained.load(trained_run, plugins.host()).config["vocab_size"]
     tokens = np.random.default_rng(0).integers(0, vocab, shape).astype(np.int32)
     (logits,) = session.run(["logits"], {"tokens": tokens})
     assert logits.shape == (*shape, vocab) and logits.dtype == np.float32
@@ -69,7 +70,7 @@ def test_onnx_greedy_text_is_pcp_samples(trained_run: Path, session, onnx_file: 
 
 def test_metadata_names_the_run(trained_run: Path, onnx_file: Path) -> None:
     metadata = json.loads(onnx_file.with_name("model.onnx.metadata.json").read_text())
-    run = trained.load(trained_run)
+    run = trained.load(trained_run, plugins.host())
     assert metadata["format"] == "onnx" and metadata["step"] == 60
     assert metadata["run_dir"] == str(trained_run.resolve())
     assert metadata["vocab_size"] == run.config["vocab_size"] == run.tokenizer.vocab_size
@@ -88,7 +89,7 @@ def test_stablehlo_parses_with_dynamic_batch_and_time(trained_run: Path, tmp_pat
     out = tmp_path / "model.stablehlo.mlir"
     result = run_pcp("export", str(trained_run), "--format", "stablehlo", "-o", str(out))
     assert result.returncode == 0, result.stderr
-    vocab = trained.load(trained_run).config["vocab_size"]
+    vocab = trained.load(trained_run, plugins.host()).config["vocab_size"]
     with mlir.make_ir_context():
         module = mlir.ir.Module.parse(out.read_text())
         main = next(op for op in module.body.operations if op.name.value == "main")
@@ -139,7 +140,7 @@ def test_iree_modules_compile_without_the_hardware(trained_run: Path, backend: s
     from pcp_core import plugins
     from pcp_core.iree.inference import compile_steps
 
-    run = trained.load(trained_run)
+    run = trained.load(trained_run, plugins.host())
     chosen = plugins.host().backend(backend)
     vmfbs = compile_steps(run.model, run.config, chosen, chosen.default_arch)
     assert set(vmfbs) == {"prefill", "decode"} and all(vmfbs.values())

@@ -10,6 +10,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
+from pcp_core.parallel import delta_norm
 from pcp_core.program import checkpoint
 from pcp_core.program.build import TensorSpec
 from pcp_core.shepherd.accountability import Accountability
@@ -23,7 +24,6 @@ from pcp_core.shepherd.aggregation import (
     StagingPool,
     check_delta,
     check_result,
-    delta_norm,
     step_norm,
 )
 from pcp_core.shepherd.rounds import RoundOutcome, _check_reports

@@ -129,7 +129,7 @@ def assert_transformers_reads(run_dir: Path, exported: Path) -> None:
     """Logits and token ids of `transformers` equal PCP's."""
     import jax.numpy as jnp
 
-    run = trained.load(run_dir)
+    run = trained.load(run_dir, plugins.host())
     text = "Ada walks to the mill"
     ids = [int(i) for i in run.tokenizer.encode(text)]
     theirs = transformers.AutoTokenizer.from_pretrained(exported)

@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from pcp_core import parallel
-from pcp_core.shepherd.aggregation import RunningSum, all_finite, delta_norm, difference_norm
+from pcp_core.parallel import all_finite, delta_norm, difference_norm
+from pcp_core.shepherd.aggregation import RunningSum
 
 
 @pytest.fixture(autouse=True)

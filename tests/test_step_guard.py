@@ -3,7 +3,7 @@ result that stands out."""
 
 import numpy as np
 
-from pcp_core.shepherd.aggregation import delta_norm
+from pcp_core.parallel import delta_norm
 from pcp_core.shepherd.step_guard import FIRST_STEP_RATIO, STEP_RATIO, StepGuard, outliers
 
 

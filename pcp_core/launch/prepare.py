@@ -11,7 +11,7 @@ from pathlib import Path
 import structlog
 
 from pcp_core.launchers import Launcher, LaunchError, LaunchPlan, LaunchRequest
-from pcp_core.run.directory import earlier_run
+from pcp_core.watch.run_directory import earlier_run
 from pcp_core.wire.auth import write_private, write_secret
 
 log = structlog.get_logger(__name__)

@@ -9,11 +9,10 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
-from pcp_core import plugins as plugin_host
 from pcp_core.data import tokenizers
 from pcp_core.models import Model, Params
 from pcp_core.program import checkpoint
@@ -37,12 +36,17 @@ class TrainedModel:
     metadata: dict[str, str]
 
 
-def load(run_dir: Path, plugins: Any = None) -> TrainedModel:
-    """The model saved in `run_dir`'s newest intact checkpoint."""
+class ModelLookup(Protocol):
+    """Where models are found by name: the run's plugin host."""
+
+    def model(self, name: str) -> Model: ...
+
+
+def load(run_dir: Path, plugins: ModelLookup) -> TrainedModel:
+    """The model saved in `run_dir`'s newest intact checkpoint (`plugins` finds it by
+    the name the checkpoint records)."""
     tensors, metadata = load_checkpoint(Path(run_dir))
     tokenizer = checkpoint_tokenizer(metadata)
-    if plugins is None:
-        plugins = plugin_host.host()
     model: Model = plugins.model(metadata["model"])
     config = json.loads(metadata["model_config"])
     params = checkpoint_params(model, config, tensors)

@@ -20,7 +20,7 @@ from pcp_core import config_file, plugins
 from pcp_core.algorithms import RunContext
 from pcp_core.config_file import declared_settings
 from pcp_core.program.checkpoint import CheckpointWriteError
-from pcp_core.run.directory import (
+from pcp_core.watch.run_directory import (
     earlier_run,
     new_run_dir,
     remove_earlier_run,

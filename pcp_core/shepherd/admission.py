@@ -24,13 +24,21 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import structlog
 
-from pcp_core.backends import Artifact, Backend, CompileError, devices_in_label, multi_device
-from pcp_core.data.shard_transfer import (
+from pcp_core.backends import (
+    Artifact,
+    Backend,
+    CompileError,
+    MultiDeviceRuntime,
+    devices_in_label,
+    multi_device,
+)
+from pcp_core.data.text import CharCorpus
+from pcp_core.wire.shard_transfer import (
     assign_shards,
     serve_shard,
     training_shards,
@@ -111,7 +119,7 @@ class Admission:
     stop_late: Callable[[], None] = lambda: None  # stops links that joined while closing
     status: RunStatus = field(default_factory=lambda: RunStatus(log_progress=False))
     builds: Builds = field(default_factory=Builds)  # ended by `close`
-    _programs: dict[tuple[str, str], "Future[Artifact]"] = field(default_factory=dict)
+    _programs: dict[tuple[str, str, int], "Future[Artifact]"] = field(default_factory=dict)
     _compile_lock: threading.Lock = field(default_factory=threading.Lock)
     _unproven: "collections.OrderedDict[int, Connection]" = field(
         default_factory=collections.OrderedDict
@@ -364,13 +372,14 @@ class Admission:
         with self._compile_lock:
             program = self._programs.get(key)
             compiling = program is None
-            if compiling:
+            if program is None:
                 program = self._programs[key] = Future()
         if compiling:
             runtime, program_in = backend.runtime, self.setup.program
             try:
                 if devices > 1:  # only a multi_device runtime takes it (_check_devices)
-                    program.set_result(runtime.build(program_in, backend, arch, devices))
+                    several = cast(MultiDeviceRuntime, runtime)
+                    program.set_result(several.build(program_in, backend, arch, devices))
                 else:
                     program.set_result(runtime.build(program_in, backend, arch))
             except BaseException as error:
@@ -409,7 +418,8 @@ class Admission:
         its data: a text corpus's vocabulary (`shard_names` None), or its shards' manifest."""
         program = self.setup.program
         if shard_names is None:
-            data: dict[str, Any] = {"vocabulary": tuple(self.setup.corpus.vocabulary)}
+            corpus = cast(CharCorpus, self.setup.corpus)  # not prepared: a text corpus
+            data: dict[str, Any] = {"vocabulary": tuple(corpus.vocabulary)}
         else:
             data = {"manifest": worker_manifest(self.setup.corpus, shard_names)}
         return WorkerSettings(
@@ -447,7 +457,7 @@ class Admission:
         """A text corpus's training tokens, built once like `_shared_tensors`."""
         with self._shared_lock:
             if self._text_tokens is None:
-                corpus = self.setup.corpus
+                corpus = cast(CharCorpus, self.setup.corpus)  # (as `shard_names` said)
                 token_dtype = np.uint8 if corpus.vocab_size <= 256 else np.int32
                 self._text_tokens = Tensor("tokens", corpus.train.astype(token_dtype))
             return self._text_tokens

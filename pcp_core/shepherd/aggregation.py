@@ -33,7 +33,7 @@ from contextlib import contextmanager
 import numpy as np
 
 from pcp_core.codecs import Codec, CodecError, decode_tensor, max_encoded_bytes
-from pcp_core.parallel import pieces
+from pcp_core.parallel import all_finite, contiguous, delta_norm, pieces
 from pcp_core.program.build import TensorSpec
 from pcp_core.wire.messages import Result
 from pcp_core.wire.transport import TensorHeader, TransportError
@@ -230,34 +230,6 @@ def check_delta(arrays: list[np.ndarray], received: int, announced_norm: float) 
         )
 
 
-def delta_norm(arrays: list[np.ndarray]) -> float:
-    """The norm a worker announces for its pseudo-gradient, summed in float64: float32
-    squares overflow to Inf from values of about 1e19, and Inf compares equal to any
-    announced Inf-sized norm. Pieces (`pcp_core.parallel`) keep the float64 copies
-    small; their squares are added in order, so the norm does not depend on threads."""
-    return math.sqrt(sum(pieces(_squares, _contiguous(arrays))))
-
-
-def difference_norm(new: list[np.ndarray], old: list[np.ndarray]) -> float:
-    """`delta_norm` of new - old, without a model-sized copy of the difference."""
-    return math.sqrt(sum(pieces(lambda a, b: _squares(a - b), new, old)))
-
-
-def _squares(piece: np.ndarray) -> float:
-    wide = piece.astype(np.float64)
-    return float(np.dot(wide, wide))
-
-
-def all_finite(arrays: list[np.ndarray]) -> bool:
-    finite = pieces(lambda piece: bool(np.isfinite(piece).all()), _contiguous(arrays))
-    return all(finite)
-
-
-def _contiguous(arrays: list[np.ndarray]) -> list[np.ndarray]:
-    """Arrays only read, as `pieces` takes them (a copy only of one that is not)."""
-    return [np.ascontiguousarray(array) for array in arrays]
-
-
 class RunningSum:
     """The sum of the accepted deltas of a round, added one whole delta at a time into
     float64 `sums` (see the module's docstring), and their float32 mean."""
@@ -290,7 +262,7 @@ class RunningSum:
             pieces(
                 lambda total, piece: np.add(total, piece if weight == 1 else times * piece, total),
                 [self.sums[index] for index in indices],
-                _contiguous(arrays),
+                contiguous(arrays),
             )
             self.weight += weight
 

@@ -109,7 +109,7 @@ class Shepherd:
         is the copy the workers hold, which a checkpoint keeps."""
         if self._sender is None:
             names = [spec.name for spec in self.admission.setup.program.param_specs]
-            codec = on_the_wire(self.admission.settings.codec_down)
+            codec = on_the_wire(self.admission.settings.codec_down, self.admission.plugins)
             self._sender = Downlink(names, codec)
         return self._sender
 
@@ -263,7 +263,7 @@ class Shepherd:
                 self.limits.worker_timeout_s,
                 self.admission.status,
                 {**(excluded or {}), **self._quarantine_reasons()},
-                on_the_wire(self.admission.settings.codec),
+                on_the_wire(self.admission.settings.codec, self.admission.plugins),
                 weigh,
                 self.admission.settings.pushes,
                 self.merger.accountability,

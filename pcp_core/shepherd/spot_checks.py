@@ -3,7 +3,7 @@
 Norms, cosines and the merge's loss judge a result by what it looks like; a spot check
 judges the work. A fetched result is sampled with probability `--spot-check`; the
 shepherd then asks its worker for the state the round started from (`Audit`), which the
-Result committed to by digest (`pcp_core.audits`), loads the worker's own program on this
+Result committed to by digest (`pcp_core.worker.audits`), loads the worker's own program on this
 machine, runs the round from the global parameters the worker was sent, on the batches
 its index and round draw, through the algorithm's own worker side, encodes the
 pseudo-gradient with the worker's error feedback, and compares losses and decoded values
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.audits import RoundStart
+from pcp_core.worker.audits import RoundStart
 from pcp_core.codecs import Feedback, on_the_wire
 from pcp_core.data.shards import PreparedDataset
 from pcp_core.wire.messages import Audit, AuditState, Result, RunSettings, WorkerSettings
@@ -162,7 +162,7 @@ class SpotChecks:
             corpus = self._corpus(link.index)
             session = WorkerSession(link.index, executor, corpus, settings)
             work = self.worker_round(session, assignment)
-            codec = on_the_wire(settings.codec)
+            codec = on_the_wire(settings.codec, self.admission.plugins)
             if codec is None:
                 replayed = [tensor.array for tensor in work.tensors]
                 owed: dict[str, np.ndarray] = {}

@@ -26,8 +26,7 @@ from collections.abc import Mapping
 import numpy as np
 
 from pcp_core.optimizers import OuterStep
-from pcp_core.parallel import pieces
-from pcp_core.shepherd.aggregation import all_finite, delta_norm, difference_norm
+from pcp_core.parallel import all_finite, delta_norm, difference_norm, pieces
 
 STEP_RATIO = 10.0
 FIRST_STEP_RATIO = 100.0

@@ -162,7 +162,7 @@ class WorkerSettings(RunSettings):
             }
             vocabulary = raw.get("vocabulary")
             if vocabulary is not None:
-                specs["vocabulary"] = tuple(vocabulary)  # type: ignore[assignment]
+                specs["vocabulary"] = tuple(vocabulary)
             return cls(**(raw | specs))
         except (TypeError, ValueError) as error:
             raise ValueError(f"malformed settings in the Setup: {error}") from None
@@ -239,7 +239,7 @@ class Result:
     # only if that Assignment `continues` (RunSettings.ahead)
     ahead: bool = False
     # in an audited run, the digest of the state the round started from
-    # (`pcp_core.audits.state_digest`); "" otherwise
+    # (`pcp_core.worker.audits.state_digest`); "" otherwise
     state_digest: str = ""
 
 
@@ -270,7 +270,7 @@ class Audit:
 
 @dataclass
 class AuditState:
-    """The state a round started from (`pcp_core.audits.state_tensors`), whose digest its
+    """The state a round started from (`pcp_core.worker.audits.state_tensors`), whose digest its
     Result committed to."""
 
     round: int

@@ -24,10 +24,10 @@ import numpy as np
 import structlog
 
 from pcp_core.backends import Backend, DeviceChoice, Executor, device_indices, device_label
+from pcp_core.codecs import CodecLookup
 from pcp_core.data.errors import DataError
-from pcp_core.data.shard_transfer import ShardSource, default_shard_cache, shard_dataset
+from pcp_core.wire.shard_transfer import ShardSource, default_shard_cache, shard_dataset
 from pcp_core.data.text import CharCorpus
-from pcp_core.plugins import host as installed_plugins
 from pcp_core.program.build import SCHEDULE_TENSOR, TensorSpec
 from pcp_core.registry import UnknownNameError
 from pcp_core.wire import auth
@@ -113,7 +113,11 @@ class ShippedSpecs:
 
 
 def load_setup(
-    setup: Setup, options: WorkerOptions, backend: Backend, conn: LiveConnection
+    setup: Setup,
+    options: WorkerOptions,
+    backend: Backend,
+    conn: LiveConnection,
+    codecs: CodecLookup,
 ) -> tuple[Executor, Any, WorkerSettings]:
     """Check the shipped program's kind and hash, load it on the device, set the inner
     state, and get the training data: the tokens in the Setup, or the assigned shards
@@ -138,7 +142,7 @@ def load_setup(
         raise JoinRefused(str(error)) from None
     for codec, what in ((settings.codec, "pseudo-gradients"), (settings.codec_down, "parameters")):
         try:
-            installed_plugins().codec(codec)  # else the first round would fail
+            codecs.codec(codec)  # else the first round would fail
         except UnknownNameError as error:
             raise JoinRefused(f"the run sends {what} as {codec}: {error}") from None
     specs = ShippedSpecs(
@@ -198,7 +202,7 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         if not isinstance(setup, Setup):
             raise JoinRefused(f"expected the program, got {type(setup).__name__}")
         try:
-            executor, corpus, settings = load_setup(setup, options, backend, conn)
+            executor, corpus, settings = load_setup(setup, options, backend, conn, plugins)
         except (JoinRefused, DataError) as error:
             conn.send(Failure(str(error)))
             raise
@@ -211,9 +215,9 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
         inner = InnerState(session, store, settings.run_id, from_setup=schedule)
         try:
             if settings.overlap:
-                OverlappedRounds(conn, session, worker_round, inner).serve()
+                OverlappedRounds(conn, session, worker_round, inner, plugins).serve()
             else:
-                serve(conn, session, worker_round, inner)
+                serve(conn, session, worker_round, inner, plugins)
         finally:
             inner.saved()  # the last round's state on disk before the worker goes
     finally:
@@ -221,11 +225,15 @@ def run_worker(options: WorkerOptions, plugins: Any) -> None:
 
 
 def serve(
-    conn: LiveConnection, session: WorkerSession, worker_round: WorkerRound, inner: InnerState
+    conn: LiveConnection,
+    session: WorkerSession,
+    worker_round: WorkerRound,
+    inner: InnerState,
+    codecs: CodecLookup,
 ) -> None:
     """Rounds until Stop, one at a time: Assignment -> Result; then Fetch -> Delta, or
     Discard; in an audited run, Audit -> AuditState (`pcp_core.worker.reports`)."""
-    reports = Reports(conn, inner)
+    reports = Reports(conn, inner, codecs)
     while True:
         message = reports.receive()
         if isinstance(message, Stop):

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import structlog
 
+from pcp_core.codecs import CodecLookup
 from pcp_core.wire.liveness import LiveConnection
 from pcp_core.wire.messages import Assignment, Discard, Fetch, Stop
 from pcp_core.wire.transport import TransportError
@@ -140,9 +141,10 @@ class OverlappedRounds:
         session: WorkerSession,
         worker_round: WorkerRound,
         inner: InnerState,
+        codecs: CodecLookup,
     ) -> None:
         self.conn, self.session, self.worker_round, self.inner = conn, session, worker_round, inner
-        self.reports = Reports(conn, inner)
+        self.reports = Reports(conn, inner, codecs)
         self.depth = session.settings.ahead
         self.compute = ThreadPoolExecutor(1, thread_name_prefix="pcp-round")
         self.sending = ThreadPoolExecutor(1, thread_name_prefix="pcp-report")

@@ -12,7 +12,7 @@ decoded one's: what the shepherd will check and sum.
 
 In an audited run (`RunSettings.audited`, blocking rounds only) the state each round
 started from is kept until the rounds after it are settled, and its Result carries that
-state's digest; an Audit is answered with the state (`pcp_core.audits`)."""
+state's digest; an Audit is answered with the state (`pcp_core.worker.audits`)."""
 
 import threading
 import time
@@ -21,9 +21,9 @@ from collections.abc import Callable
 import numpy as np
 import structlog
 
-from pcp_core.audits import RoundStart
-from pcp_core.codecs import Feedback, on_the_wire
-from pcp_core.shepherd.aggregation import delta_norm
+from pcp_core.worker.audits import RoundStart
+from pcp_core.codecs import CodecLookup, Feedback, on_the_wire
+from pcp_core.parallel import delta_norm
 from pcp_core.wire.liveness import LiveConnection
 from pcp_core.wire.messages import (
     Assignment,
@@ -45,13 +45,13 @@ log = structlog.get_logger(__name__)
 class Reports:
     """A worker's messages with the shepherd, and the round it reported last."""
 
-    def __init__(self, conn: LiveConnection, inner: InnerState) -> None:
+    def __init__(self, conn: LiveConnection, inner: InnerState, codecs: CodecLookup) -> None:
         self.conn, self.inner = conn, inner
         self.clock = NetworkClock()
         settings = inner.session.settings
-        codec = on_the_wire(settings.codec)
+        codec = on_the_wire(settings.codec, codecs)
         self.feedback = None if codec is None else Feedback(codec)
-        inner.session.downlink.codec = on_the_wire(settings.codec_down)
+        inner.session.downlink.codec = on_the_wire(settings.codec_down, codecs)
         self.push = settings.pushes
         self.kept = settings.ahead + 1  # the rounds reported ahead, and the one before
         # sent, not yet settled, by (round, attempt): the tensors its Delta carries (none

@@ -47,7 +47,7 @@ from pcp_diloco.settings import (
 log = structlog.get_logger(__name__)
 
 
-def plan(config: RunConfig) -> tuple[RunConfig, int]:
+def plan(config: RunConfig, plugins: Any) -> tuple[RunConfig, int]:
     """The config the workers' program is built from, and the number of rounds: H and the
     outer momentum chosen for its M where left to the default (DilocoSettings.for_workers),
     a steps-per-call that divides a round's steps (H, or H/P with P fragments), the inner
@@ -74,7 +74,7 @@ def plan(config: RunConfig) -> tuple[RunConfig, int]:
         lr=config.lr * scale,
         min_lr=config.final_lr() * scale,
         warmup_steps=inner_warmup_steps(config),
-        plugins={**config.plugins, "diloco": diloco, **inner_momentum_decay(config)},
+        plugins={**config.plugins, "diloco": diloco, **inner_momentum_decay(config, plugins)},
     )
     return planned, config.steps // diloco.round_steps
 
@@ -86,14 +86,12 @@ def inner_lr_scale(config: RunConfig) -> float:
     return lr_scale(diloco.inner_lr_scaling, config.shepherd.workers) or 1.0
 
 
-def inner_momentum_decay(config: RunConfig) -> dict[str, Any]:
+def inner_momentum_decay(config: RunConfig, plugins: Any) -> dict[str, Any]:
     """The inner optimizer's own settings with the workers' momentum decay
     (`--inner-momentum-decay`, or its default where the optimizer's own is left at its
     default and rounds do not overlap), as `config.plugins` holds them; empty for an
     optimizer that declares none."""
-    from pcp_core import plugins
-
-    name = getattr(plugins.host().optimizer(config.optimizer), "momentum_decay_setting", None)
+    name = getattr(plugins.optimizer(config.optimizer), "momentum_decay_setting", None)
     own = config.plugins.get(config.optimizer)
     if name is None or own is None:
         return {}
@@ -137,7 +135,7 @@ def momentum_to_reset(config: RunConfig, plugins: Any, program: Any) -> list[str
 
 
 def run(ctx: RunContext) -> dict[str, Any]:
-    config, rounds = plan(ctx.config)
+    config, rounds = plan(ctx.config, ctx.plugins)
     diloco: DilocoSettings = config.settings("diloco")
     outer = ctx.plugins.optimizer(diloco.outer_optimizer)
     if getattr(outer, "role", None) != "outer":

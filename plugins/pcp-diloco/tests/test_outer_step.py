@@ -32,10 +32,9 @@ def cli_flags(settings: dict[str, Any]) -> list[str]:
 
 def reference_setup(settings: dict[str, Any]) -> Any:
     """The training setup the shepherd builds for these settings (DiLoCo's plan included)."""
-    planned, _ = plan(
-        config_file.resolve(None, settings, declared=declared_settings(plugins.host()))
-    )
-    return training.prepare(planned, plugins.host())
+    host = plugins.host()
+    planned, _ = plan(config_file.resolve(None, settings, declared=declared_settings(host)), host)
+    return training.prepare(planned, host)
 
 
 def local_steps(

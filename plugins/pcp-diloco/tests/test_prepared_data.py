@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from pcp_core.data import corpus
-from pcp_core.data.shard_transfer import assign_shards
+from pcp_core.wire.shard_transfer import assign_shards
 
 pytestmark = pytest.mark.slow
 

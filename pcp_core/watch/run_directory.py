@@ -26,7 +26,12 @@ def new_run_dir(root: Path = Path("runs")) -> Path:
 # What a run leaves in its directory: the first four mark it as a run (see
 # `earlier_run`); --overwrite removes them all, local workers' logs and saved state too.
 RUN_MARKERS = ("config.toml", "metrics.jsonl", "summary.json", "checkpoint*")
-RUN_FILES = (*RUN_MARKERS, "metrics.jsonl.partial", "summary.json.partial", "loss.png")
+RUN_FILES: tuple[str, ...] = (
+    *RUN_MARKERS,
+    "metrics.jsonl.partial",
+    "summary.json.partial",
+    "loss.png",
+)
 RUN_FILES += ("worker-[0-9]*",)  # worker-N.log and worker-N/, the inner state
 
 

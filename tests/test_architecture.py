@@ -1,0 +1,193 @@
+"""The claims of docs/architecture.md, checked on the source: no import cycles counting
+every import, arrows that point down the layers only, the plugin host passed below the
+run layer and never fetched, and modules short enough to read."""
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CORE = ROOT / "pcp_core"
+
+# Each folder (or top-level module) of pcp_core and its layer: a module may import its
+# own folder and anything on a lower layer, never a higher one or a peer on its own.
+# Top-level modules not named here are the plugin contracts (layer 0), which every
+# folder may use.
+LAYERS = {
+    "cli": 10,
+    "__main__": 10,
+    "testing": 10,
+    "rehearsal": 9,
+    "run": 8,
+    "plugins": 7,  # the plugin host, and the core's own plugin that it registers first
+    "builtin": 7,
+    "launch": 6,
+    "local": 6,
+    "shepherd": 6,
+    "worker": 5,
+    "watch": 4,
+    "iree": 4,
+    "program": 3,
+    "wire": 3,
+    "data": 2,
+}
+ONE_UNIT = {"__main__": "cli", "builtin": "plugins"}  # a module that belongs with another
+
+MAX_LINES = 350
+# Modules still over MAX_LINES, to be split; the list may only shrink.
+STILL_TOO_LONG = {
+    "pcp_core/rehearsal/harness.py",
+    "pcp_core/rehearsal/probe.py",
+    "pcp_core/program/nanogpt.py",
+    "pcp_core/program/layers.py",
+    "pcp_core/program/build.py",
+    "pcp_core/wire/messages.py",
+    "pcp_core/config.py",
+    "pcp_core/shepherd/session.py",
+    "pcp_core/shepherd/rounds.py",
+    "pcp_core/shepherd/admission.py",
+    "plugins/pcp-xla/pcp_xla/runtime.py",
+    "plugins/pcp-diloco/pcp_diloco/shepherd_side.py",
+}
+# Where the plugin host may be fetched (`plugins.host()`): the layers that start runs.
+FETCH_HOST_IN = {"cli", "run", "testing"}
+
+
+def core_modules() -> dict[str, Path]:
+    modules = {}
+    for path in CORE.rglob("*.py"):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        modules[name.removesuffix(".__init__")] = path
+    return modules
+
+
+MODULES = core_modules()
+
+
+def imports(name: str, path: Path) -> Iterator[tuple[str, bool]]:
+    """The pcp_core modules `name` imports, anywhere in it, and whether for types only
+    (under `if TYPE_CHECKING:`)."""
+    tree = ast.parse(path.read_text())
+    for_types = {
+        id(inner)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for inner in ast.walk(node)
+    }
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: from the module's package, up level - 1 more
+                package = name.split(".") if path.stem == "__init__" else name.split(".")[:-1]
+                parts = package[: len(package) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            targets = [f"{base}.{alias.name}" for alias in node.names]
+        else:
+            continue
+        for target in targets:
+            while target and target not in MODULES:
+                target = target.rpartition(".")[0]
+            if target and target != name:
+                yield target, id(node) in for_types
+
+
+GRAPH = {name: set(imports(name, path)) for name, path in MODULES.items()}
+
+
+def unit(module: str) -> str:
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else ""
+    return ONE_UNIT.get(top, top)
+
+
+def layer(module: str) -> int:
+    return LAYERS.get(unit(module), 0)
+
+
+def test_no_import_cycles_counting_every_import() -> None:
+    edges = {name: {target for target, _ in targets} for name, targets in GRAPH.items()}
+    done: set[str] = set()
+
+    def visit(name: str, path: list[str]) -> None:
+        if name in path:
+            cycle = [*path[path.index(name) :], name]
+            pytest.fail("import cycle: " + " -> ".join(cycle))
+        if name in done:
+            return
+        for target in sorted(edges[name]):
+            visit(target, [*path, name])
+        done.add(name)
+
+    for name in sorted(edges):
+        visit(name, [])
+
+
+def test_imports_point_down_the_layers() -> None:
+    """Imports that run; one for types only never runs, and may name a contract's type
+    wherever it is defined (it still counts for cycles)."""
+    upward = [
+        f"{name} -> {target}"
+        for name, targets in GRAPH.items()
+        for target, for_types in targets
+        if not for_types
+        and unit(name) != unit(target)
+        and layer(name) <= layer(target)
+        and (layer(name), layer(target)) != (0, 0)
+    ]
+    assert not upward, "imports against the layers of docs/architecture.md:\n" + "\n".join(
+        sorted(upward)
+    )
+
+
+def test_every_folder_has_a_layer() -> None:
+    folders = {path.name for path in CORE.iterdir() if (path / "__init__.py").exists()}
+    assert folders - {"templates"} <= set(LAYERS), folders - set(LAYERS)
+
+
+def test_the_plugin_host_is_passed_not_fetched_below_the_run() -> None:
+    fetching = [
+        name
+        for name, path in MODULES.items()
+        if unit(name) not in FETCH_HOST_IN and name != "pcp_core.plugins"
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Call)
+        and ast.unparse(node.func).split(".")[-1] == "host"
+        and not node.args
+    ]
+    assert not fetching, f"fetch the plugin host in {sorted(set(fetching))}: pass it in"
+
+
+def test_production_code_never_imports_the_testing_kit() -> None:
+    users = [
+        name
+        for name, targets in GRAPH.items()
+        if unit(name) != "testing" and any(unit(t) == "testing" for t, _ in targets)
+    ]
+    assert not users
+
+
+def production_sources() -> list[Path]:
+    plugin_packages = [
+        folder
+        for base in (ROOT / "plugins", ROOT / "examples")
+        for folder in base.glob("*/pcp_*")
+        if folder.is_dir() and not folder.name.endswith(".egg-info")
+    ]
+    return [path for folder in (CORE, *plugin_packages) for path in folder.rglob("*.py")]
+
+
+def test_modules_are_short_enough_to_read() -> None:
+    lengths = {
+        path.relative_to(ROOT).as_posix(): len(path.read_text().splitlines())
+        for path in production_sources()
+    }
+    too_long = {name for name, lines in lengths.items() if lines > MAX_LINES}
+    assert too_long <= STILL_TOO_LONG, (
+        f"over {MAX_LINES} lines: {sorted(too_long - STILL_TOO_LONG)}"
+    )
+    now_short = STILL_TOO_LONG - too_long
+    assert not now_short, f"short enough now, take them off STILL_TOO_LONG: {sorted(now_short)}"
