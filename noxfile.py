@@ -4,11 +4,14 @@ nox -l                   # every session, the combination matrix included
 nox -t cpu               # one slice: the CPU environment and its combinations (or vulkan,
                          #   cuda, rocm, metal, xla, matrix, plugins, authoring, install)
 nox -s lint tests        # ruff and the core's tests, slow ones included
+nox -s typecheck         # mypy over the core and every plugin's package (nox -t lint: and ruff)
 nox -s tests -- tests    # the core's quick tests only, for iterating
 nox -s "plugin(pcp-adamw)"
 
 - lint, tests: ruff; the core's tests (`tests/`, slow ones included), with every package
   installed editable.
+- typecheck: mypy over pcp_core and every plugin's package, their tests left out
+  (settings: pyproject.toml's [tool.mypy]), against the development set's libraries.
 - plugin(NAME): one package with only what its pyproject declares (dependencies and its
   `test` extra) on top of pcp-core without its standard plugins, all its tests, slow ones
   included: a dependency missing from a pyproject fails here.
@@ -166,6 +169,22 @@ def lint(session: nox.Session) -> None:
     session.install("ruff")
     session.run("ruff", "check", ".")
     session.run("ruff", "format", "--check", ".")
+
+
+def typed_packages() -> list[str]:
+    """What mypy checks: pcp_core and each package's own (plugins/*/pcp_*, examples/*/pcp_*,
+    no egg-info), not their tests."""
+    found = [p for path in PACKAGES.values() for p in sorted(path.glob("pcp_*"))]
+    return ["pcp_core", *(str(p.relative_to(ROOT)) for p in found if p.suffix != ".egg-info")]
+
+
+# First tag its own: scripts/nox_lanes.py runs it beside another unit, not after ruff.
+@nox.session(python=PYTHON, tags=["typecheck", "lint"])
+def typecheck(session: nox.Session) -> None:
+    """mypy, with the libraries the code imports installed (the development set, as
+    `tests` installs it, and pcp-mlflow's): their own types are checked against."""
+    session.install("mypy", "-r", "requirements-dev.txt", "-e", str(PACKAGES["pcp-mlflow"]))
+    session.run("mypy", *typed_packages())
 
 
 @nox.session(python=PYTHON, tags=["tests", FILLS_CORES])

@@ -179,10 +179,13 @@ def zero_opt_tensors(executor: Executor, names: set[str]) -> None:
 class Runtime(Protocol):
     """How a backend's programs are built, admitted and run."""
 
-    kind: str
+    @property
+    def kind(self) -> str: ...  # of the artifacts it builds and opens
+
     # Whether its device memory is this machine's memory (IREE on the CPU), so that a
     # run's memory check counts each local training process against it.
-    host_memory: bool
+    @property
+    def host_memory(self) -> bool: ...
 
     def build(self, program: Any, backend: "Backend", arch: str) -> Artifact:
         """The artifact for `arch` from a `pcp_core.program.build.TrainProgram` (on the
@@ -217,6 +220,16 @@ class Runtime(Protocol):
     def assert_state_stays_on_device(self, executor: Executor, batches: list[Any]) -> None:
         """For the conformance suite: AssertionError if state crosses to the host."""
         ...
+
+
+class MultiDeviceRuntime(Runtime, Protocol):
+    """A runtime with `multi_device = True`: it builds for, and opens on, several devices."""
+
+    def build(self, program: Any, backend: "Backend", arch: str, devices: int = 1) -> Artifact: ...
+
+    def open(
+        self, artifact: bytes, backend: "Backend", program: Any, device: DeviceChoice
+    ) -> Executor: ...
 
 
 @dataclass(frozen=True)

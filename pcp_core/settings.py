@@ -34,7 +34,7 @@ def setting(
     """A settings field: its default, its help text (shown by `pcp train --help`), and its
     range: `low`/`high` bounds (excluded with `low_open`/`high_open`), `choices`, or a
     `check` returning why a value is wrong (None if it is fine)."""
-    metadata = {"help": help, "low": low, "high": high, "low_open": low_open}
+    metadata: dict[str, Any] = {"help": help, "low": low, "high": high, "low_open": low_open}
     metadata |= {"high_open": high_open, "choices": choices, "check": check}
     return dataclasses.field(default=default, metadata=metadata)
 

@@ -4,9 +4,9 @@ dtype and shape, and a state that is not the program's is refused."""
 import numpy as np
 import pytest
 
-from pcp_core.worker.audits import RESIDUAL_PREFIX, RoundStart
 from pcp_core.shepherd.spot_checks import relative_difference
 from pcp_core.wire.messages import Tensor
+from pcp_core.worker.audits import RESIDUAL_PREFIX, RoundStart
 
 OPT_SPECS = [("m", (2, 3), "float32"), ("step", (), "int32")]
 PARAM_SPECS = [("w", (2, 3), "float32"), ("b", (3,), "float32")]

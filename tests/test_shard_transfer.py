@@ -6,11 +6,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from pcp_core.wire import shard_transfer
 from pcp_core.data.errors import DataError
 from pcp_core.data.manifest import Manifest, Shard
-from pcp_core.wire.shard_transfer import ShardSource, assign_shards, serve_shard
+from pcp_core.wire import shard_transfer
 from pcp_core.wire.messages import ShardData, ShardRequest, Tensor
+from pcp_core.wire.shard_transfer import ShardSource, assign_shards, serve_shard
 
 
 def test_shares_are_disjoint_and_cover_every_shard() -> None:

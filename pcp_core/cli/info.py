@@ -56,7 +56,7 @@ def sample(
             chosen = host.backend(backend)
             options = {"open_decoder": functools.partial(decoder_for, chosen, target)}
             options["runner"] = f"{chosen.name}, cached"
-        result = continue_prompt(run_dir, prompt, tokens, temperature, top_k, seed, host, **options)
+        result = continue_prompt(run_dir, prompt, tokens, host, temperature, top_k, seed, **options)
         typer.echo(result.text)
         generated = result.generated
         typer.echo(

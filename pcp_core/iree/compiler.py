@@ -13,6 +13,7 @@ import time
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Protocol, cast
 
 import structlog
 
@@ -24,6 +25,15 @@ log = structlog.get_logger(__name__)
 
 COMPILER_DISTRIBUTION = "iree-base-compiler"
 RUNTIME_DISTRIBUTION = "iree-base-runtime"
+
+
+class IreeTarget(Protocol):
+    """What compiling reads of an IREE backend's runtime (`pcp_core.iree.runtime.IreeRuntime`)."""
+
+    @property
+    def target(self) -> str: ...
+
+    def compile_flags(self, arch: str) -> list[str]: ...
 
 
 @dataclass(frozen=True)
@@ -109,14 +119,15 @@ def flags_for_key(flags: list[str]) -> list[str]:
 def compile_program(stablehlo: str, backend: Backend, arch: str) -> CompiledProgram:
     """The VMFB for `stablehlo` on `backend` (an IREE one: its runtime is an IreeRuntime,
     whose target and flags are used) and `arch`, from the cache when it is there."""
-    target = backend.runtime
-    flags = target.compile_flags(arch)  # type: ignore[attr-defined]
+    target = cast(IreeTarget, backend.runtime)  # an IreeRuntime, as the docstring says
+    flags = target.compile_flags(arch)
     version = iree_compiler_version()
     key_material = "\0".join([stablehlo, target.target, *flags_for_key(flags), version])
     key = hashlib.sha256(key_material.encode()).hexdigest()
     directory = compile_cache.private_cache_dir()
     vmfb = _cached_module(directory, key) if directory else None
     if vmfb is not None:
+        assert directory is not None  # a cached module was read from it
         log.info(
             "compile cache hit, not compiling",
             backend=backend.name,

@@ -66,8 +66,8 @@ def run_local(ctx: RunContext) -> dict[str, Any]:
     if snapshot is not None:
         # The first snapshot and evaluation set up their copies and the host memory they
         # use (0.3-0.5 s for GPT-2 small on an H100): here, not inside the loop.
-        val_loss = setup.validation_loss(snapshot())
-        log.info("evaluated before training", val_loss=round(val_loss, 4))
+        before = setup.validation_loss(snapshot())
+        log.info("evaluated before training", val_loss=round(before, 4))
     checkpoints = OneInFlight("checkpoint")
 
     def checkpoint(params: list[Any], state: list[Any], at: Position) -> None:

@@ -10,7 +10,7 @@ import contextvars
 import functools
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -136,7 +136,7 @@ def without_locations(stablehlo: str) -> str:
 
     with mlir.make_ir_context():
         module = mlir.ir.Module.parse(stablehlo)
-        return module.operation.get_asm(enable_debug_info=False)
+        return cast(str, module.operation.get_asm(enable_debug_info=False))  # binary=False
 
 
 def specs_of(named: Mapping[str, Any]) -> list[TensorSpec]:
@@ -354,11 +354,12 @@ def _exported(
     )
     jitted = jax.jit(step)
 
-    def exported(function: Callable) -> Callable[[], str]:
+    def exported(function: "jax.stages.Wrapped") -> Callable[[], str]:
         return lambda: without_locations(jax.export.export(function)(*arguments).mlir_module())
 
     @functools.cache
     def unrolled() -> str:
+        assert unrolled_step is not None  # asked for only where there is one
         return cached("unrolled", exported(jax.jit(unrolled_step)))
 
     def export_for(platform: str, devices: int = 1) -> Any:

@@ -133,10 +133,10 @@ def stablehlo(model: Model, config: Mapping[str, int]) -> dict[str, str]:
     import jax
 
     texts = {}
-    donated = {"donate_argnums": (len(parameter_shapes(model, config)),)}
+    donated = (len(parameter_shapes(model, config)),)
     with jax.default_matmul_precision("highest"):
         for step in STEPS:
-            function = jax.jit(step_function(model, config, step), **donated)
+            function = jax.jit(step_function(model, config, step), donate_argnums=donated)
             exported = jax.export.export(function)(*arguments(model, config, step))
             texts[step] = without_locations(exported.mlir_module())
     return texts
@@ -178,7 +178,7 @@ class JaxDecoder(StepRunner):
         steps = {}
         with jax.default_matmul_precision("highest"):
             for step in STEPS:  # compiled now, so that generating times no compiling
-                donated = {"donate_argnums": (len(on_device),)}  # (see `stablehlo`)
-                function = jax.jit(step_function(model, config, step), **donated)
+                donated = (len(on_device),)  # (see `stablehlo`)
+                function = jax.jit(step_function(model, config, step), donate_argnums=donated)
                 steps[step] = function.lower(*arguments(model, config, step)).compile()
         super().__init__(steps, on_device, cache)

@@ -51,7 +51,7 @@ def export(
     run_dir: Path,
     format: str,
     out: Path,
-    plugins: Any = None,
+    plugins: trained.ModelLookup,
     iree_modules: Callable[[trained.TrainedModel, Path], tuple[list[Path], dict[str, Any]]]
     | None = None,
 ) -> list[Path]:
@@ -68,7 +68,8 @@ def export(
     log.info("exporting", model=run.model.name, step=run.metadata.get("step"), format=format)
     if format == "huggingface":
         return huggingface_folder(run, out)
-    written, described = [out], {}
+    written: list[Path] = [out]
+    described: dict[str, Any] = {}
     if format == "onnx":
         write_onnx(forward_pass(run), run.config["block_size"], out)
     elif format == "stablehlo":

@@ -87,7 +87,7 @@ def gpt2_settings(config: dict[str, Any], directory: Path) -> dict[str, int]:
             f"--init-from {directory}: activation {activation!r}; the built-in model has "
             "GELU's tanh form (gelu_new)"
         )
-    width = config.get("n_embd")
+    width: Any = config.get("n_embd")  # a JSON value, or None (int(None): TypeError below)
     if config.get("n_inner") not in (None, 4 * (width or 0)):
         raise ConfigError(f"--init-from {directory}: an MLP of {config['n_inner']}, not 4 × width")
     try:

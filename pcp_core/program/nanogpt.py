@@ -8,7 +8,8 @@ the token embedding and the output head. Every matrix product goes through
 import functools
 import math
 import operator
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import structlog
 
@@ -106,7 +107,10 @@ def validate(config: Mapping[str, int]) -> None:
 def shapes(config: Mapping[str, int]) -> dict[str, tuple[int, ...]]:
     """Every parameter's shape, in the fixed order (the order the wire and checkpoints use)."""
     width = config["n_embd"]
-    result = {"wte": (config["vocab_size"], width), "wpe": (config["block_size"], width)}
+    result: dict[str, tuple[int, ...]] = {
+        "wte": (config["vocab_size"], width),
+        "wpe": (config["block_size"], width),
+    }
     for i in range(config["n_layer"]):
         p = f"h.{i}."
         result |= _weight_and_bias(p + "ln_1", (width,), width)
@@ -285,7 +289,7 @@ def logits(config: Mapping[str, int], params: Params, tokens, precision: str = "
     rematerialised = config.get("remat", 0) == REMAT_BLOCKS
     for i in range(config["n_layer"]):
         p = f"h.{i}."
-        block = functools.partial(_block, config, p, precision)
+        block: Callable[..., Any] = functools.partial(_block, config, p, precision)
         if rematerialised:
             block = jax.checkpoint(block, prevent_cse=export_platform() is not None)
         x = block({k: v for k, v in params.items() if k.startswith(p)}, x)

@@ -15,13 +15,16 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import structlog
 
 from pcp_core.models import Model, Params
 from pcp_core.program import decoding, trained
+
+if TYPE_CHECKING:
+    import jax
 
 log = structlog.get_logger(__name__)
 
@@ -41,10 +44,10 @@ def sample(
     run_dir: Path,
     prompt: str,
     tokens: int,
+    plugins: trained.ModelLookup,
     temperature: float = 1.0,
     top_k: int | None = None,
     seed: int = 0,
-    plugins: Any = None,
     open_decoder: Callable[[trained.TrainedModel], decoding.Decoder] | None = None,
     runner: str = "jax cpu",
 ) -> Sampled:
@@ -126,7 +129,7 @@ def generate(
     return decoding.Generated(ids[len(prompt_ids) :], elapsed, first)
 
 
-def _next_logits(model: Model, model_config: Mapping[str, int]) -> Callable[..., Any]:
+def _next_logits(model: Model, model_config: Mapping[str, int]) -> "jax.stages.Wrapped":
     """A jitted (params, window [1, block], position) -> logits [vocab] at `position`."""
     import jax
 

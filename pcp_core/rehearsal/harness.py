@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import structlog
 
@@ -273,7 +273,9 @@ def run_scenario(
             _wait_workers(processes, 30.0)
     finally:
         exit_codes = processes.exit_codes()
-        commands = {name: [str(a) for a in p.args] for name, p in processes.running.items()}
+        # each started from a list (`links.popen_in`), which Popen keeps as `args`
+        argvs = {name: cast(list[Any], p.args) for name, p in processes.running.items()}
+        commands = {name: [str(a) for a in argv] for name, argv in argvs.items()}
         total_s = time.monotonic() - started
         _write_harness(run_dir, scenario, commands, exit_codes, total_s)
     if exit_codes.get("shepherd") != 0:

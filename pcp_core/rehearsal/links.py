@@ -233,7 +233,9 @@ def _start_relay(network: Network, port: int, timeout: float = 15.0) -> subproce
         text=True,
     )
     ready: list[str] = []
-    reader = threading.Thread(target=lambda: ready.append(process.stdout.readline()), daemon=True)
+    stdout = process.stdout
+    assert stdout is not None  # stdout=PIPE
+    reader = threading.Thread(target=lambda: ready.append(stdout.readline()), daemon=True)
     reader.start()
     reader.join(timeout)
     if not ready or not ready[0].startswith("ready"):

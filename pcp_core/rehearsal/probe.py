@@ -164,6 +164,7 @@ def _start_end(network: Network, node: str, args: list[str]) -> subprocess.Popen
         stdout=subprocess.PIPE,
         text=True,
     )
+    assert process.stdout is not None  # stdout=PIPE
     line = process.stdout.readline()
     if line.strip() != "listening":
         process.kill()

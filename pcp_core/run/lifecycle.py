@@ -20,6 +20,10 @@ from pcp_core import config_file, plugins
 from pcp_core.algorithms import RunContext
 from pcp_core.config_file import declared_settings
 from pcp_core.program.checkpoint import CheckpointWriteError
+from pcp_core.shepherd.distributed import local_devices, open_endpoint
+from pcp_core.watch.dashboard import Dashboard
+from pcp_core.watch.metrics import open_metrics
+from pcp_core.watch.plots import write_loss_png
 from pcp_core.watch.run_directory import (
     earlier_run,
     new_run_dir,
@@ -27,10 +31,6 @@ from pcp_core.watch.run_directory import (
     start_run_dir,
     write_json,
 )
-from pcp_core.shepherd.distributed import local_devices, open_endpoint
-from pcp_core.watch.dashboard import Dashboard
-from pcp_core.watch.metrics import open_metrics
-from pcp_core.watch.plots import write_loss_png
 from pcp_core.watch.run_status import RunStatus
 from pcp_core.watch.status_server import serving
 

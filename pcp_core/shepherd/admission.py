@@ -38,12 +38,6 @@ from pcp_core.backends import (
     multi_device,
 )
 from pcp_core.data.text import CharCorpus
-from pcp_core.wire.shard_transfer import (
-    assign_shards,
-    serve_shard,
-    training_shards,
-    worker_manifest,
-)
 from pcp_core.program.training import TrainingSetup
 from pcp_core.registry import UnknownNameError
 from pcp_core.shepherd.builds import Builds
@@ -63,6 +57,12 @@ from pcp_core.wire.messages import (
     Tensor,
     Welcome,
     WorkerSettings,
+)
+from pcp_core.wire.shard_transfer import (
+    assign_shards,
+    serve_shard,
+    training_shards,
+    worker_manifest,
 )
 from pcp_core.wire.transport import Connection, Listener, TransportError
 

@@ -14,7 +14,7 @@ Sums run in float64 piece by piece (`pcp_core.parallel`), over the results in th
 given, so the same round gives the same bits on every run.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -28,7 +28,7 @@ WEISZFELD_ITERATIONS = 8
 WEISZFELD_FLOOR = 1e-8  # relative: distances below this times the scale count as it
 
 
-def lower_median(values: Sequence[float]) -> float:
+def lower_median(values: Iterable[float]) -> float:
     """The ⌈n/2⌉-th smallest: at most n/2 values above an honest majority's cannot move
     it past the largest honest one."""
     ordered = sorted(values)

@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.worker.audits import RoundStart
 from pcp_core.codecs import Feedback, on_the_wire
 from pcp_core.data.shards import PreparedDataset
 from pcp_core.wire.messages import Audit, AuditState, Result, RunSettings, WorkerSettings
 from pcp_core.wire.transport import TransportError
+from pcp_core.worker.audits import RoundStart
 from pcp_core.worker.session import WorkerRound, WorkerSession
 
 log = structlog.get_logger(__name__)

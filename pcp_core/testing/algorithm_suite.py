@@ -57,7 +57,7 @@ class AlgorithmConformance:
         from pcp_core import plugins, run
         from pcp_core.config_file import declared_settings, resolve
 
-        flags = flag_values((*TINY_RUN, *self.extra_args))
+        flags: dict[str, Any] = flag_values((*TINY_RUN, *self.extra_args))
         flags |= {"algorithm": self.algorithm_name, "backend": "cpu", "out": tmp_path / "run"}
         config = resolve(None, flags, declared=declared_settings(plugins.host()))
         out = Path(run.train(config, dashboard=False)["run_dir"])

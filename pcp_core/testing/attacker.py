@@ -25,7 +25,6 @@ Two attackers colluding are two processes of one attack. Used by the attack test
 
 import argparse
 import dataclasses
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -119,6 +118,7 @@ class AttackingHost:
         honest = algorithm.worker_round
 
         def round_(session: Any, assignment: Any) -> RoundWork:
+            assert honest is not None  # a distributed algorithm: it has a worker round
             work = self.attack(honest(session, assignment), assignment.round)
             self.attack.after(session.executor, assignment.round)
             return work
@@ -161,4 +161,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -82,11 +82,13 @@ class BackendConformance:
         through the host does."""
         from pcp_core import plugins
         from pcp_core.backends import set_opt_tensors, set_opt_tensors_through_host
+        from pcp_core.optimizers import InnerOptimizer
 
         corpus, config, program = reference()
         block = config["block_size"]
         batches = [corpus.batches("train", STEPS_PER_CALL, BATCH, block, (0, i)) for i in range(2)]
         adamw = plugins.host().optimizer("adamw")
+        assert isinstance(adamw, InnerOptimizer)
         values = dict.fromkeys(program.opt_field_names(adamw.momentum_field), 0.0)
         values |= dict.fromkeys(program.opt_field_names(adamw.step_field), 7.0)
         assert len(values) > 1

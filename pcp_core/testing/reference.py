@@ -8,9 +8,12 @@ program, the same batches, losses and parameters within a tolerance.
 import dataclasses
 from collections.abc import Mapping
 from functools import cache
-from typing import Any
+from typing import TYPE_CHECKING, Any, cast
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from pcp_core.optimizers import InnerOptimizer
 
 REFERENCE_MODEL = {"n_layer": 1, "n_head": 2, "n_embd": 32, "block_size": 16}
 STEPS_PER_CALL, BATCH, CALLS = 2, 4, 3
@@ -53,7 +56,7 @@ def reference(
     corpus = data.load_text_file(None)
     the_model = host.model(model)
     config = the_model.config({**dict(overrides), "vocab_size": corpus.vocab_size})
-    inner = host.optimizer(optimizer)
+    inner = cast("InnerOptimizer", host.optimizer(optimizer))  # the run's, an inner one
     settings = reference_settings(inner)
     with on_cpu():  # the schedule as state, as `pcp train` builds it
         program = build_train_program(
@@ -116,6 +119,6 @@ def assert_matches_jax(
         assert np.all(np.isfinite(ours)), f"{spec.name} is not finite"
         if spec.name in unstable:
             continue
-        error = np.linalg.norm(ours - theirs) / max(np.linalg.norm(theirs), 1e-12)
+        error = np.linalg.norm(ours - theirs) / max(float(np.linalg.norm(theirs)), 1e-12)
         assert error < rtol, f"{spec.name}: relative error {error:.2e}"
     return all_losses

@@ -141,9 +141,10 @@ def _workers(snapshot: dict[str, Any], width: int) -> Table:
 
 def _times(worker: dict[str, Any]) -> str:
     """Its last round's seconds computing, waiting for the shepherd and sending."""
-    times = [worker.get(key) for key in ("compute_s", "wait_s", "send_s")]
-    if any(t is None for t in times):
+    keys = ("compute_s", "wait_s", "send_s")
+    if any(worker.get(key) is None for key in keys):
         return ""
+    times = [worker[key] for key in keys]
     if max(times) < 1:  # short rounds: milliseconds, which tenths of a second would hide
         return "/".join(f"{1000 * t:.0f}" for t in times) + "ms"
     return "/".join(f"{t:.1f}" for t in times) + "s"

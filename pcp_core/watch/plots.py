@@ -31,7 +31,7 @@ WIDTH_PX = 1200
 LOCAL_HEIGHT_PX = 500
 DILOCO_HEIGHT_PX = 800
 # the workers' colours: tab10 less its red, which marks validation
-WORKER_COLORS = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown")
+WORKER_COLORS: tuple[str, ...] = ("tab:blue", "tab:orange", "tab:green", "tab:purple", "tab:brown")
 WORKER_COLORS += ("tab:pink", "tab:gray", "tab:olive", "tab:cyan")
 
 

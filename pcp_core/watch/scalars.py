@@ -12,7 +12,7 @@ and MLflow plugins), and the throughput between two records.
 """
 
 import math
-from typing import Any
+from typing import Any, TypeGuard
 
 # Record key -> scalar tag. `step` is the x axis; `round` is step / inner steps.
 TAGS = {
@@ -41,7 +41,7 @@ WORKER_TIMES = {
 }
 
 
-def is_number(value: Any) -> bool:
+def is_number(value: Any) -> TypeGuard[int | float]:
     return isinstance(value, int | float) and not isinstance(value, bool)
 
 

@@ -42,7 +42,9 @@ def serving(status: RunStatus, host: str, port: int | None) -> Iterator[tuple[st
     server.daemon_threads = True
     thread = threading.Thread(target=server.serve_forever, name="pcp-status", daemon=True)
     thread.start()
-    address = server.server_address[:2]
+    bound_host, bound_port = server.server_address[:2]
+    assert isinstance(bound_host, str)  # an IP socket's address
+    address = (bound_host, bound_port)
     url = f"http://{_url_host(address[0])}:{address[1]}/status"
     status.describe(status_url=url)  # the dashboard shows it: with port 0, where it is
     log.info("status endpoint", url=url)
@@ -145,7 +147,8 @@ WORKER_METRICS = (
 
 def prometheus_text(snapshot: dict[str, Any]) -> str:
     """The snapshot in Prometheus's text format; a value not known yet is left out."""
-    run, lines = snapshot["run"], []
+    run = snapshot["run"]
+    lines: list[str] = []
 
     def family(name: str, kind: str, help_text: str, samples: list[tuple[str, Any]]) -> None:
         known = [(labels, value) for labels, value in samples if _number(value)]

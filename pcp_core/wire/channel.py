@@ -171,7 +171,7 @@ def _encoded(message: object, tensors: list[Tensor] | None = None) -> Iterator[b
         yield _item(b"d", array.dtype.name.encode())
         yield _item(b"s", ",".join(str(int(d)) for d in array.shape).encode())
         yield b"x" + array.nbytes.to_bytes(8, "little")  # then its bytes, as digests
-        yield chunk_digests(memoryview(array.reshape(-1).view(np.uint8)))
+        yield chunk_digests(array.reshape(-1).view(np.uint8).data)
 
 
 def chunk_digests(data: memoryview) -> bytes:

@@ -57,8 +57,13 @@ class TransportOptions:
 
 class Connection(Protocol):
     peer: str
-    bytes_sent: int
-    bytes_received: int
+
+    # Counted by the transport's connection; its users and wrappers only read them.
+    @property
+    def bytes_sent(self) -> int: ...
+
+    @property
+    def bytes_received(self) -> int: ...
 
     def send(self, message: Message) -> int:
         """Send one message; returns the bytes written for it."""

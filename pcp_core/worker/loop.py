@@ -18,15 +18,21 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import structlog
 
-from pcp_core.backends import Backend, DeviceChoice, Executor, device_indices, device_label
+from pcp_core.backends import (
+    Backend,
+    DeviceChoice,
+    Executor,
+    MultiDeviceRuntime,
+    device_indices,
+    device_label,
+)
 from pcp_core.codecs import CodecLookup
 from pcp_core.data.errors import DataError
-from pcp_core.wire.shard_transfer import ShardSource, default_shard_cache, shard_dataset
 from pcp_core.data.text import CharCorpus
 from pcp_core.program.build import SCHEDULE_TENSOR, TensorSpec
 from pcp_core.registry import UnknownNameError
@@ -49,6 +55,7 @@ from pcp_core.wire.messages import (
     Welcome,
     WorkerSettings,
 )
+from pcp_core.wire.shard_transfer import ShardSource, default_shard_cache, shard_dataset
 from pcp_core.wire.transport import Connection, TransportError, TransportOptions
 from pcp_core.worker.overlap import OverlappedRounds
 from pcp_core.worker.reports import Reports
@@ -156,9 +163,14 @@ def load_setup(
         dataset = shard_dataset(settings.manifest, source)
     else:
         tokens = tensors["tokens"].astype(np.int32)
-        dataset = CharCorpus(list(settings.vocabulary or ()), tokens, tokens[:0], "shepherd")
+        vocabulary = "".join(settings.vocabulary or ())  # a CharCorpus's, character by character
+        dataset = CharCorpus(vocabulary, tokens, tokens[:0], "shepherd")
     started = time.monotonic()  # an `xla` worker compiles here, an IREE one loads its module
-    executor = runtime.open(artifact, backend, specs, options.device)
+    if isinstance(options.device, tuple):  # only for a multi_device runtime (`pcp worker`)
+        several = cast(MultiDeviceRuntime, runtime)
+        executor = several.open(artifact, backend, specs, options.device)
+    else:
+        executor = runtime.open(artifact, backend, specs, options.device)
     log.info("program ready", seconds=round(time.monotonic() - started, 1))
     executor.set_opt_state([tensors[s.name] for s in specs.opt_specs])
     return executor, dataset, settings

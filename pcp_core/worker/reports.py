@@ -21,7 +21,6 @@ from collections.abc import Callable
 import numpy as np
 import structlog
 
-from pcp_core.worker.audits import RoundStart
 from pcp_core.codecs import CodecLookup, Feedback, on_the_wire
 from pcp_core.parallel import delta_norm
 from pcp_core.wire.liveness import LiveConnection
@@ -36,6 +35,7 @@ from pcp_core.wire.messages import (
     Tensor,
 )
 from pcp_core.wire.transport import TransportError
+from pcp_core.worker.audits import RoundStart
 from pcp_core.worker.clock import NetworkClock
 from pcp_core.worker.session import InnerState, RoundWork
 

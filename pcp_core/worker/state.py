@@ -21,7 +21,7 @@ import os
 import re
 import zipfile
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 import numpy as np
 import structlog
@@ -63,7 +63,7 @@ class InnerStateStore:
         path = self._path(round_index)
         partial = path.with_suffix(".partial")
         with partial.open("wb") as file:
-            members = {f"s{i}": a for i, a in enumerate(arrays)}
+            members: dict[str, Any] = {f"s{i}": a for i, a in enumerate(arrays)}
             np.savez(file, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **members)
             file.flush()
             os.fsync(file.fileno())

@@ -14,6 +14,7 @@ import struct
 import threading
 from collections.abc import Callable
 from functools import cache
+from typing import Protocol, cast
 
 import numpy as np
 import structlog
@@ -35,6 +36,13 @@ PREFIX = struct.Struct("<4sIQ")  # magic, header bytes, payload bytes
 MAGIC = b"PCPc"
 MAX_HEADER_BYTES = 64 * 2**20  # what capnp's default reader accepts
 CHUNK_BYTES = 16 * 2**20  # per socket call: bounds each call's timeout and size
+
+
+class _WithTensors(Protocol):
+    """A message that carries tensors (Setup, Delta, ...): `header.decode` refuses tensor
+    headers for any other."""
+
+    tensors: list[Tensor]
 
 
 class CapnpConnection:
@@ -142,7 +150,7 @@ class CapnpConnection:
             if sink is None:
                 array = np.empty(tensor.shape, header.wire_dtype(tensor.dtype))
                 self._read_into(_bytes_of(array))
-                message.tensors.append(Tensor(tensor.name, array))
+                cast(_WithTensors, message).tensors.append(Tensor(tensor.name, array))
             else:
                 array = _checked_buffer(sink.buffer(index, tensor), tensor)
                 self._read_into(_bytes_of(array))
@@ -194,7 +202,7 @@ def _wire_name(dtype: np.dtype) -> str:
 
 def _bytes_of(array: np.ndarray) -> memoryview:
     """A flat byte view of a C-contiguous array (any dtype, 0-d included), sharing its memory."""
-    return memoryview(array.reshape(-1).view(np.uint8))
+    return array.reshape(-1).view(np.uint8).data
 
 
 def _checked_buffer(array: np.ndarray, tensor: TensorHeader) -> np.ndarray:

@@ -55,6 +55,7 @@ def plan(config: RunConfig, plugins: Any) -> tuple[RunConfig, int]:
     momentum decay of `inner_momentum_decay`."""
     given: DilocoSettings = config.settings("diloco")
     diloco = given.for_workers(config.shepherd.workers, config.steps)
+    assert diloco.inner_steps is not None  # chosen by for_workers
     if config.steps % diloco.inner_steps:
         raise ConfigError(
             f"steps ({config.steps}) must be a multiple of inner_steps ({diloco.inner_steps})"
@@ -152,15 +153,18 @@ def run(ctx: RunContext) -> dict[str, Any]:
         log.info("inner learning rate", lr=config.lr, min_lr=config.min_lr, of_lr=ctx.config.lr,
                  workers=config.shepherd.workers, warmup_steps=config.warmup_steps)  # fmt: skip
     own = config.plugins.get(config.optimizer)
-    if own != ctx.config.plugins.get(config.optimizer):
+    if own is not None and own != ctx.config.plugins.get(config.optimizer):  # `plan` changed it
         log.info("inner optimizer", optimizer=config.optimizer, **dataclasses.asdict(own))
     params = setup.initial_params()
     fragments = split_fragments(setup, diloco.fragments)
+    outer_momentum = diloco.outer_momentum
+    assert outer_momentum is not None  # chosen by for_workers (plan)
     outer_step = FragmentSteps(
         [[params[i] for i in indices] for indices in fragments],
-        lambda part: outer.create(OuterSettings(diloco.outer_lr, diloco.outer_momentum), part),
+        lambda part: outer.create(OuterSettings(diloco.outer_lr, outer_momentum), part),
     )
-    state, held, judged = RunState(run_id=uuid.uuid4().hex), {}, Judged({}, {})
+    state, judged = RunState(run_id=uuid.uuid4().hex), Judged({}, {})
+    held: dict[str, np.ndarray] = {}
     if ctx.resume:
         state, held, judged = resume(ctx, setup, params, outer_step)
         if not state.goes_on(diloco.round_steps, config.steps):

@@ -168,6 +168,7 @@ def move_in(
         executor.set_params(list(ordered))
         return
     anchor = session.anchor
+    assert anchor is not None  # a part without an anchor was refused above
     params = executor.params()
     for i, tensor in zip(where, tensors, strict=True):
         points = session.unanswered.pop(i, [])

@@ -19,12 +19,13 @@ from pcp_core.optimizers import InnerSettings
 from pcp_core.program import training
 
 FLAGS = {"algorithm": "diloco", "steps": 1000, "inner_steps": 50}
-DECLARED = declared_settings(plugins.host())
+HOST = plugins.host()
+DECLARED = declared_settings(HOST)
 
 
 def workers_inner(flags: dict) -> InnerSettings:
     """The inner settings the shepherd compiles into the program it ships to workers."""
-    planned, _ = plan(config_file.resolve(None, FLAGS | flags, declared=DECLARED))
+    planned, _ = plan(config_file.resolve(None, FLAGS | flags, declared=DECLARED), HOST)
     return training.inner_settings(planned)
 
 
@@ -57,7 +58,7 @@ def test_an_explicit_min_lr_and_worker_backends_count_too() -> None:
 
 def test_the_user_config_is_left_as_given() -> None:
     given = config_file.resolve(None, FLAGS | {"workers": 4}, declared=DECLARED)
-    plan(given)
+    plan(given, HOST)
     assert (given.lr, given.min_lr) == (3e-3, None)
 
 
@@ -104,7 +105,7 @@ def test_the_workers_momentum_decay(flags: dict, beta1: float) -> None:
 
 def chosen(flags: dict) -> tuple[int, float]:
     """H and the outer momentum of the run `flags` describe, as the shepherd plans it."""
-    planned, rounds = plan(config_file.resolve(None, flags, declared=DECLARED))
+    planned, rounds = plan(config_file.resolve(None, flags, declared=DECLARED), HOST)
     diloco = planned.settings("diloco")
     assert rounds * diloco.round_steps == planned.steps
     return diloco.inner_steps, diloco.outer_momentum
@@ -166,7 +167,7 @@ def test_the_momentum_a_worker_zeroes_is_adamws_first_moment() -> None:
     given = config_file.resolve(
         None, FLAGS | {"n_layer": 1, "n_embd": 32, "n_head": 2}, declared=DECLARED
     )
-    setup = training.prepare(plan(given)[0], plugins.host())
+    setup = training.prepare(plan(given, HOST)[0], HOST)
     names = [spec.name for spec in setup.program.opt_specs]
     first_moments = [name for name in names if name.startswith("opt.mu[")]
     assert len(first_moments) == len(setup.program.param_specs)

@@ -37,7 +37,7 @@ def tracking_uri(run_dir: Path) -> str:
 
 def flattened(config: dict[str, Any], prefix: str = "") -> dict[str, str]:
     """The run's settings as MLflow parameters: nested tables as dotted names."""
-    params = {}
+    params: dict[str, str] = {}
     for key, value in config.items():
         if isinstance(value, dict):
             params |= flattened(value, f"{prefix}{key}.")

@@ -70,7 +70,7 @@ def start_actors(plan: dict[str, Any]) -> tuple[Any, list[Any]]:
     run_dir = Path(plan["run_dir"])
     restarts = plan["max_restarts"]
     runtime_env = {"env_vars": pcp_environment()}
-    shepherd = PcpProcess.options(
+    shepherd = PcpProcess.options(  # type: ignore[attr-defined]  # mypy skips @ray.remote
         name="shepherd",
         num_cpus=1,
         resources=plan["shepherd_resources"],
@@ -83,7 +83,7 @@ def start_actors(plan: dict[str, Any]) -> tuple[Any, list[Any]]:
     host = ray.get(address)
     log.info("shepherd started", node=host, log=str(run_dir / "shepherd.log"))
     workers = [
-        PcpProcess.options(
+        PcpProcess.options(  # type: ignore[attr-defined]  # mypy skips @ray.remote
             name=f"worker-{index}",
             num_cpus=plan["cpus_per_worker"],
             num_gpus=plan["gpus_per_worker"],

@@ -208,7 +208,7 @@ def keep_compiled_steps() -> Path | None:
     import jax
     from jax.experimental.compilation_cache import compilation_cache
 
-    if jax.config.jax_compilation_cache_dir:
+    if jax.config.jax_compilation_cache_dir:  # type: ignore[attr-defined]  # made at runtime
         return None
     directory = compile_cache.private_cache_dir()
     if directory is None:
