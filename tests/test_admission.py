@@ -53,7 +53,7 @@ def test_compiles_of_other_kinds_do_not_wait_and_one_kind_compiles_once() -> Non
     results: dict[str, Any] = {}
 
     def join(name: str, key: str) -> None:
-        results[key] = joins.program_for(backend(name, fake_compile), "arch0")
+        results[key] = joins.provisioning.program_for(backend(name, fake_compile), "arch0")
 
     slow = [threading.Thread(target=join, args=("slow", f"slow{i}")) for i in range(3)]
     for thread in slow:
@@ -79,7 +79,7 @@ def test_a_failed_compile_reaches_every_worker_of_that_kind() -> None:
     joins = make_admission()
     for _ in range(2):
         with pytest.raises(admission.CompileError, match="no such flag"):
-            joins.program_for(backend("cpu", failing), "generic")
+            joins.provisioning.program_for(backend("cpu", failing), "generic")
     assert calls == ["generic"]
 
 
@@ -129,7 +129,8 @@ def test_an_ending_shepherd_waits_for_the_builds_in_flight() -> None:
 def test_the_join_timeout_spares_a_worker_being_served(being_served: bool) -> None:
     """A worker that connected while its program compiles has joined in all but name: the
     join timeout does not give up on it; with no one being served, it does."""
-    from pcp_core.shepherd.session import NotEnoughWorkers, Shepherd
+    from pcp_core.shepherd.roster import NotEnoughWorkers
+    from pcp_core.shepherd.session import Shepherd
 
     serving = threading.Event()
     if being_served:

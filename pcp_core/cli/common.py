@@ -29,7 +29,8 @@ def user_errors() -> tuple[type[BaseException], ...]:
     from pcp_core.backends import CompileError, DeviceError
     from pcp_core.data.errors import DataError
     from pcp_core.program.checkpoint import CheckpointError, CheckpointWriteError
-    from pcp_core.shepherd.session import NotEnoughWorkers, RoundFailed
+    from pcp_core.shepherd.roster import NotEnoughWorkers
+    from pcp_core.shepherd.session import RoundFailed
 
     return (
         run_config.ConfigError,

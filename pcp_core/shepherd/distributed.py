@@ -22,7 +22,8 @@ from pcp_core.shepherd.accountability import Accountability, Policy
 from pcp_core.shepherd.admission import Admission
 from pcp_core.shepherd.local_workers import LocalWorkers
 from pcp_core.shepherd.merging import Merger
-from pcp_core.shepherd.session import Limits, Shepherd
+from pcp_core.shepherd.roster import Limits
+from pcp_core.shepherd.session import Shepherd
 from pcp_core.shepherd.spot_checks import SpotChecks
 from pcp_core.wire import auth
 from pcp_core.wire.liveness import heartbeat_interval

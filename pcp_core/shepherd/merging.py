@@ -24,7 +24,7 @@ from pcp_core.shepherd.accountability import (
     harm,
 )
 from pcp_core.shepherd.aggregation import HeldResults
-from pcp_core.shepherd.rounds import RoundOutcome, RoundPlan
+from pcp_core.shepherd.outcomes import RoundOutcome, RoundPlan
 
 log = structlog.get_logger(__name__)
 

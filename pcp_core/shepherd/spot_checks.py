@@ -61,7 +61,7 @@ class SpotChecks:
 
     fraction: float
     settings: RunSettings
-    admission: Any  # pcp_core.shepherd.admission.Admission: programs, corpus, plugins
+    admission: Any  # pcp_core.shepherd.admission.Admission: corpus, plugins, provisioning
     worker_round: WorkerRound
     choose: Callable[[], float] = secrets.SystemRandom().random  # no worker can predict it
     checks: int = 0  # counted, with their seconds, by the round that asked for them
@@ -200,18 +200,19 @@ class SpotChecks:
         key = (link.hello.backend, link.hello.arch)
         if key not in self._executors:
             backend = self.admission.plugins.backend(link.hello.backend)
-            artifact = self.admission.program_for(backend, link.hello.arch)
+            artifact = self.admission.provisioning.program_for(backend, link.hello.arch)
             program = self.admission.setup.program
             self._executors[key] = backend.runtime.open(artifact.data, backend, program, None)
         return self._executors[key]
 
     def _worker_settings(self, index: int) -> WorkerSettings:
-        return self.admission.worker_settings(self.admission.shard_names(index))
+        provisioning = self.admission.provisioning
+        return provisioning.worker_settings(provisioning.shard_names(index))
 
     def _corpus(self, index: int) -> Any:
         """The worker's training data: the whole text corpus, or its share of the shards."""
         corpus = self.admission.setup.corpus
-        names = self.admission.shard_names(index)
+        names = self.admission.provisioning.shard_names(index)
         if names is None:
             return corpus
         return PreparedDataset(corpus.directory, corpus.manifest, names, corpus.paths)

@@ -1,12 +1,13 @@
 """The authenticated channel after the join: every message sealed under a session key.
 
-The join (`pcp_core.wire.auth`) proves that both sides know the shared secret, but on its own
-it protects nothing that follows: a relay without the secret could pass the join through
-and then rewrite the program, the parameters or the results. So from the first message
-after the Welcome on, every message is followed by a `Seal`: HMAC-SHA256, under a key for
-its direction, over a sequence number and the message's whole content (its type, its
-fields, and each tensor's name, dtype, shape and bytes). A changed, injected, replayed,
-reordered or dropped message fails the next check, and the connection is closed.
+The join (`pcp_core.wire.handshake`) proves that both sides know the shared secret, but
+on its own it protects nothing that follows: a relay without the secret could pass the
+join through and then rewrite the program, the parameters or the results. So from the
+first message after the Welcome on, every message is followed by a `Seal`: HMAC-SHA256,
+under a key for its direction, over a sequence number and the message's whole content
+(its type, its fields, and each tensor's name, dtype, shape and bytes). A changed,
+injected, replayed, reordered or dropped message fails the next check, and the
+connection is closed.
 
 A tensor's bytes enter the HMAC as the SHA-256 digests of their 4 MiB chunks, which
 several cores compute at once: one core hashes about 1 GB/s (0.5 s for GPT-2 small's

@@ -47,9 +47,9 @@ import structlog
 
 from pcp_core.codecs import CodecLookup
 from pcp_core.wire.liveness import LiveConnection
-from pcp_core.wire.messages import Assignment, Discard, Fetch, Stop
+from pcp_core.wire.messages import Assignment, Discard, Fetch
 from pcp_core.wire.transport import TransportError
-from pcp_core.worker.reports import Reports
+from pcp_core.worker.reports import Reports, dispatch
 from pcp_core.worker.session import InnerState, WorkerRound, WorkerSession
 
 log = structlog.get_logger(__name__)
@@ -155,22 +155,15 @@ class OverlappedRounds:
     def serve(self) -> None:
         """Rounds until Stop."""
         try:
-            while True:
-                message = self._receive()
-                if isinstance(message, Stop):
-                    log.info("stopping", reason=message.reason)
-                    return
-                if isinstance(message, Assignment):
-                    self._assigned(message)
-                elif isinstance(message, Fetch | Discard):
-                    # a refused round's successor started from its end
-                    self.reports.settle(message, refused=self._stop_running)
-                else:
-                    raise TransportError(f"unexpected {type(message).__name__} from the shepherd")
+            dispatch(self._receive, self._assigned, self._settle)
         finally:
             self._stop_running()
             self.compute.shutdown(wait=True)
             self.sending.shutdown(wait=True)
+
+    def _settle(self, message: Fetch | Discard) -> None:
+        # a refused round's successor started from its end
+        self.reports.settle(message, refused=self._stop_running)
 
     def _receive(self) -> object:
         try:

@@ -32,6 +32,7 @@ from pcp_core.wire.messages import (
     Discard,
     Fetch,
     Result,
+    Stop,
     Tensor,
 )
 from pcp_core.wire.transport import TransportError
@@ -40,6 +41,30 @@ from pcp_core.worker.clock import NetworkClock
 from pcp_core.worker.session import InnerState, RoundWork
 
 log = structlog.get_logger(__name__)
+
+
+def dispatch(
+    receive: Callable[[], object],
+    assigned: Callable[[Assignment], None],
+    settle: Callable[[Fetch | Discard], None],
+    audit: Callable[[Audit], None] | None = None,
+) -> None:
+    """Route the shepherd's messages until a Stop, for either round loop: an Assignment
+    to `assigned`, a Fetch or Discard to `settle`, an Audit to `audit` (an audited run's
+    blocking loop; none under overlap). TransportError on anything else."""
+    while True:
+        message = receive()
+        if isinstance(message, Stop):
+            log.info("stopping", reason=message.reason)
+            return
+        if isinstance(message, Assignment):
+            assigned(message)
+        elif isinstance(message, Fetch | Discard):
+            settle(message)
+        elif isinstance(message, Audit) and audit is not None:
+            audit(message)
+        else:
+            raise TransportError(f"unexpected {type(message).__name__} from the shepherd")
 
 
 class Reports:
