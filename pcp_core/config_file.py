@@ -13,8 +13,9 @@ from typing import Any
 import structlog
 import tomli_w
 
-from pcp_core.config import FIELDS, SHEPHERD, ConfigError, RunConfig, ShepherdSettings
+from pcp_core.config import FIELDS, ConfigError, RunConfig
 from pcp_core.settings import build, coerce, to_values
+from pcp_core.shepherd_settings import SHEPHERD, ShepherdSettings
 
 log = structlog.get_logger(__name__)
 

@@ -15,6 +15,14 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+# Bounds that settings of the core and of plugins share: far above any real run, low
+# enough that a typo (an exponent too many) is a one-line error instead of an overflow, a
+# huge allocation or a run with no end. Memory is checked separately, against the machine
+# (pcp_core.program.resources).
+MAX_SECONDS = 7 * 24 * 3600.0
+MIN_SECONDS = 1.0  # the shortest timeout: below it a round or a heartbeat never completes
+MAX_STEPS = 10**9
+
 
 class ConfigError(ValueError):
     """A bad setting: unknown key, wrong type, out-of-range value."""

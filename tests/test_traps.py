@@ -10,7 +10,7 @@ import pytest
 
 from pcp_core.cli import launch
 from pcp_core.cli.app import hoisted
-from pcp_core.config import DEFAULT_PORT
+from pcp_core.shepherd_settings import DEFAULT_PORT
 from pcp_core.watch.dashboard import render
 from tests.conftest import run_pcp
 from tests.test_watching import a_run, text_of

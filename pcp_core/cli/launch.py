@@ -10,7 +10,7 @@ import typer
 
 from pcp_core import plugins
 from pcp_core.cli.common import fail, run_or_explain
-from pcp_core.config import DEFAULT_PORT
+from pcp_core.shepherd_settings import DEFAULT_PORT
 
 
 def launch(

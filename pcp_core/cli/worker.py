@@ -8,9 +8,9 @@ from typing import Optional
 import structlog
 import typer
 
-from pcp_core import config as run_config
 from pcp_core import exit_codes, plugins
 from pcp_core.cli.common import fail, run_or_explain
+from pcp_core.settings import MAX_SECONDS, MIN_SECONDS
 
 log = structlog.get_logger(__name__)
 
@@ -100,11 +100,8 @@ def worker(
     host, _, port = connect.rpartition(":")
     if not host or not port.isdigit():
         fail(f"--connect must be HOST:PORT, got {connect!r}")
-    if not (math.isfinite(timeout) and run_config.MIN_SECONDS <= timeout <= run_config.MAX_SECONDS):
-        fail(
-            f"--timeout must be from {run_config.MIN_SECONDS:g} to {run_config.MAX_SECONDS:g} "
-            f"seconds, got {timeout}"
-        )
+    if not (math.isfinite(timeout) and MIN_SECONDS <= timeout <= MAX_SECONDS):
+        fail(f"--timeout must be from {MIN_SECONDS:g} to {MAX_SECONDS:g} seconds, got {timeout}")
     if not (math.isfinite(give_up_after) and give_up_after >= 0):
         fail(f"--give-up-after must be a number of seconds, got {give_up_after}")
     if restarts < 0:

@@ -7,7 +7,8 @@ needs a shared secret), starts the shepherd on its namespace's address, waits un
 listens, starts the workers, waits for the shepherd to finish and returns its
 summary.json and metrics.jsonl records. Every process runs with `sys.executable -m
 pcp_core` (the caller's environment) in a session of its own, and is stopped on the way
-out, also on an exception, Ctrl-C or SIGTERM; the namespaces go with the network.
+out, also on an exception, Ctrl-C or SIGTERM (`processes`); the namespaces go with the
+network.
 
 Run directory layout:
 
@@ -24,22 +25,21 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import Any, cast
 
 import structlog
 
 from pcp_core.rehearsal.counters import INTERVAL_S, link_use, read_samples
 from pcp_core.rehearsal.cpu import cpu_groups
 from pcp_core.rehearsal.links import Network, emulated_network
+from pcp_core.rehearsal.processes import Processes, start_process, stop_all, wait_workers
 from pcp_core.rehearsal.scenario import Scenario
 from pcp_core.wire.auth import write_secret
 
@@ -87,17 +87,6 @@ class RunResult:
         return [r for r in self.records if "round" in r and "round_s" in r]
 
 
-@dataclass
-class _Processes:
-    """The processes a run started, by node name, with their open log files."""
-
-    running: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
-    logs: list[IO[bytes]] = field(default_factory=list)
-
-    def exit_codes(self) -> dict[str, int | None]:
-        return {name: process.poll() for name, process in self.running.items()}
-
-
 def shepherd_argv(
     scenario: Scenario, network: Network, run_dir: Path, settings: TrainingSettings, port: int
 ) -> list[str]:
@@ -127,56 +116,6 @@ def worker_argv(
         *("--state-dir", str(own / "state"), "--shard-cache", str(own / "shards")),
         *settings.worker_flags,
     ]
-
-
-def _start(
-    processes: _Processes,
-    network: Network,
-    name: str,
-    argv: Sequence[str],
-    run_dir: Path,
-    preexec: Callable[[], None] | None = None,
-) -> subprocess.Popen[bytes]:
-    """Start `argv` in node `name`'s namespace, in a session of its own, logging to a
-    file; `preexec` runs in the new process first (to join a CPU quota's cgroup)."""
-    log_file = (run_dir / "logs" / f"{name}.log").open("wb")
-    processes.logs.append(log_file)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = network.popen(
-        name,
-        list(argv),
-        stdout=log_file,
-        stderr=subprocess.STDOUT,
-        stdin=subprocess.DEVNULL,
-        env=env,
-        start_new_session=True,
-        preexec_fn=preexec,
-    )
-    processes.running[name] = process
-    return process
-
-
-def _signal_group(process: subprocess.Popen[bytes], signum: int) -> None:
-    """Send `signum` to the process's whole session (a supervised worker has children)."""
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(process.pid, signum)
-
-
-def stop_all(processes: _Processes, grace_s: float = 5.0) -> None:
-    """SIGTERM every process group still running, SIGKILL what is left after `grace_s`."""
-    alive = [p for p in processes.running.values() if p.poll() is None]
-    for process in alive:
-        _signal_group(process, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    for process in alive:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(max(0.0, deadline - time.monotonic()))
-    for process in processes.running.values():
-        _signal_group(process, signal.SIGKILL)  # also children left by an exited leader
-        if process.poll() is None:
-            process.wait()
-    for log_file in processes.logs:
-        log_file.close()
 
 
 def wait_listening(
@@ -209,7 +148,7 @@ def started_run(
     scenario: Scenario,
     run_dir: Path,
     settings: TrainingSettings,
-    processes: _Processes,
+    processes: Processes,
     *,
     port: int = PORT,
     listen_timeout_s: float = 120.0,
@@ -226,12 +165,14 @@ def started_run(
         sampler = network.popen("shepherd", counters, stdin=subprocess.DEVNULL)
         try:
             argv = shepherd_argv(scenario, network, run_dir, settings, port)
-            shepherd = _start(processes, network, "shepherd", argv, run_dir)
+            shepherd = start_process(processes, network, "shepherd", argv, run_dir)
             wait_listening(network, shepherd, port, listen_timeout_s)
             address = f"{network.address('shepherd')}:{port}"
             for worker in scenario.workers:
                 argv = worker_argv(worker.name, worker.backend, address, run_dir, settings)
-                _start(processes, network, worker.name, argv, run_dir, cpu.joiner(worker.name))
+                start_process(
+                    processes, network, worker.name, argv, run_dir, cpu.joiner(worker.name)
+                )
             log.info("rehearsal_started", scenario=scenario.name, workers=len(scenario.workers))
             yield network
         finally:
@@ -257,7 +198,7 @@ def run_scenario(
     """
     run_dir = Path(run_dir)
     started = time.monotonic()
-    processes = _Processes()
+    processes = Processes()
     try:
         with started_run(scenario, run_dir, settings, processes, port=port) as network:
             shepherd = processes.running["shepherd"]
@@ -270,7 +211,7 @@ def run_scenario(
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     shepherd.wait(1.0)
             wall_s = time.monotonic() - started
-            _wait_workers(processes, 30.0)
+            wait_workers(processes, 30.0)
     finally:
         exit_codes = processes.exit_codes()
         # each started from a list (`links.popen_in`), which Popen keeps as `args`
@@ -324,16 +265,6 @@ def _joined_index(line: str) -> int | None:
         return None
     match = _CONSOLE_JOINED.search(line)
     return int(match.group(1)) if match else None
-
-
-def _wait_workers(processes: _Processes, timeout_s: float) -> None:
-    """Give the workers `timeout_s` to leave by themselves once the shepherd is done."""
-    deadline = time.monotonic() + timeout_s
-    for name, process in processes.running.items():
-        if name == "shepherd":
-            continue
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(max(0.0, deadline - time.monotonic()))
 
 
 def _write_harness(

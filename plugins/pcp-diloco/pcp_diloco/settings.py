@@ -5,8 +5,8 @@ what its worker side is told with the program."""
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from pcp_core.config import MAX_STEPS, ConfigError
-from pcp_core.settings import setting
+from pcp_core.config import ConfigError
+from pcp_core.settings import MAX_STEPS, setting
 
 # Named exponents of --inner-lr-scaling (see DilocoSettings.inner_lr_scaling).
 INNER_LR_SCALINGS = {"sqrt": 0.5, "none": 0.0}
@@ -43,12 +43,11 @@ class DilocoSettings:
         high=MAX_STEPS,
     )
     outer_optimizer: str = setting("nesterov", "Outer optimizer run by the shepherd.")
-    # Measured against synchronous training at equal tokens (benchmarks/diloco_quality.py,
-    # 20 rounds; the trials in benchmarks/results/diloco_trials_2026-11-24*.md): the
-    # paper's 0.7 and 0.9 lost 4-12% with two workers. With the workers' inner lr and
-    # warm-up below, momentum 0.7 beat 0.5 on 5 of 8 corpus and worker-count pairs and
-    # in the worst one (four workers on perl-docs: +2.1% against +3.3%); 0.3 lost 3-6%.
-    # Past two workers the rounds are shorter and more (DEFAULTS_BY_WORKERS): 0.8 there.
+    # An outer momentum of 0.9 (the DiLoCo paper's) carries every pseudo-gradient for about
+    # ten rounds, half of a run from scratch. Against synchronous training at equal tokens
+    # (benchmarks/diloco_quality.py), with the workers' inner lr and warm-up below, 0.7
+    # lost least, 0.5 and 0.3 more. Past two workers the rounds are shorter and more
+    # (DEFAULTS_BY_WORKERS): 0.8 there. docs/diloco-quality.md has the trials.
     outer_lr: float = setting(1.0, "Outer learning rate.", low=0, low_open=True)
     outer_momentum: float | None = setting(
         None,
@@ -59,18 +58,12 @@ class DilocoSettings:
         high_open=True,
     )
     # A worker's batch is 1/M of the batch that M workers' averaged step sees, and Adam's
-    # progress per step in the noisy regime grows about with the square root of the batch:
-    # at √M the workers lost 1-3% to synchronous training where --lr as given lost 4-13%
-    # with four workers, but only with a warm-up of several rounds (4: 1.2-3.9%, 6:
-    # 1.0-3.3%, a third of the run: 1.2-1.5% with momentum 0.7); with 20 steps of it a
-    # larger lr stalled four workers on two of four corpora (+20% and +37%). M^0.75 beat
-    # √M in 17 of 20 runs (5 corpora and models, M = 2 and 4, seeds 0 and 1); its worst
-    # was +3.0% (village, four workers, seed 1), √M's +4.1% and +3.4% (perl docs and the
-    # small model, four workers): benchmarks/results/diloco_trials_2026-11-24c.md. Past
-    # four workers (a batch of 4 or 2 a worker) a larger factor lost: with eight, 8^0.5
-    # (2.83) against 8^0.75 (4.76) +9.0% against +9.5% on average over seven runs
-    # (tinyshakespeare and python seed 0, man pages 0-4), better in six; with sixteen, 2.83
-    # +12.0/+14.8% against 16^0.75's +18.4/+20.2% (benchmarks/results/diloco_trials_2026-11-28.md).
+    # progress per step in the noisy regime grows about with the square root of the batch;
+    # averaging M workers cancels their noise, so they can take larger steps still. M^0.75
+    # trained closer to synchronous training than √M or the lr as given, with the larger lr
+    # warmed up (below) so that the first rounds do not stall. Past four workers (a batch of
+    # 4 or 2 a worker) a larger factor lost, so it stays at four workers' 2.83
+    # (docs/diloco-quality.md, "Eight and sixteen workers").
     inner_lr_scaling: str = setting(
         "auto",
         "the workers' inner learning rate is --lr and --min-lr (those of training "
@@ -91,10 +84,9 @@ class DilocoSettings:
     # A worker's AdamW first moment at the end of a round is the direction of its own
     # last steps, which the outer step has just replaced; carried into the next round it
     # pulls the worker back along its own path. Zeroed (the first steps of a round then
-    # also move less while it rebuilds, over about 1/(1 - beta1) steps), the worst
-    # four-worker cell of benchmarks/diloco_quality.py went from +2.9% to +1.9% and the
-    # mean of all four-worker runs from +1.7% to +1.4%; two workers gave up 0.4 points on
-    # average, their means still -3.3% to +0.5% (benchmarks/results/diloco_trials_2026-11-24e.md).
+    # also move less while it rebuilds, over about 1/(1 - beta1) steps), four workers
+    # trained closer to synchronous training and two about as close
+    # (docs/diloco-quality.md, `--inner-momentum reset`).
     inner_momentum: str = setting(
         "reset",
         "A worker's inner optimizer momentum at the start of a round: reset (zeroed) "
@@ -102,12 +94,10 @@ class DilocoSettings:
         choices=("reset", "keep"),
     )
     # A worker's batch is 1/M of the step's, its momentum zeroed each round: a shorter
-    # memory than the synchronous 0.9's ten steps suits it. With eight workers (four
-    # sequences a worker) 0.85, 0.8 and 0.7 all beat 0.9, 0.95 lost 9-10%
-    # (benchmarks/results/diloco_trials_2026-11-28-beta1.md); by M below
-    # (DEFAULTS_BY_WORKERS). Measured without overlap only:
-    # overlapped rounds fold in stale moves, and there (test_overlap's 120-step run) 0.8
-    # ended at 2.47 where 0.9 ended at 2.38, so they keep --beta1.
+    # memory than the synchronous 0.9's ten steps suits it (docs/diloco-quality.md, "The
+    # workers' first moment"); by M below (DEFAULTS_BY_WORKERS). Measured without overlap
+    # only: overlapped rounds fold in stale moves, and there (test_overlap's 120-step run)
+    # 0.8 ended above 0.9, so they keep --beta1.
     inner_momentum_decay: float | None = setting(
         None,
         "The workers' momentum decay (AdamW's beta1 on the workers). Default, where "
@@ -242,23 +232,13 @@ class WorkerCountDefaults(NamedTuple):
     inner_momentum_decay: float  # the workers' beta1, where --beta1 is left at 0.9
 
 
-# benchmarks/diloco_quality.py, 1000 steps at 32 sequences a step in all, against
-# synchronous training.
-# H and the outer momentum (benchmarks/results/diloco_trials_2026-11-28-m8-joint.md): past
-# two workers, H = 25 with momentum 0.8 (40 rounds, each pseudo-gradient carried for about
-# 5) took eight workers from +4.9/+10.7% to +2.2/+4.0% (two corpora, three seeds) and four
-# from +1.0/+1.2% to -0.1/-0.7%; at sixteen H = 20 beat 25 and 10. Two workers were
-# already below synchronous with H = 50 and 0.7, at half the bytes. Then, with the workers'
-# beta1 below, H = 20 beat 25 from three workers up: at eight in 10 of 12 runs on five
-# corpora (diloco_trials_2026-11-28-m8-tail), at four in all 11 (-m4-h20), and in 21 of
-# the 24 runs of the benchmark's table at M = 4 and 8 (0.9 points on average, the three
-# losses on village), for 21% more bytes.
-# The workers' beta1: up to eight workers 0.7 beat 0.8 in all eleven distinct runs of the
-# trials (by 0.1-1.7 points: diloco_trials_2026-11-28-beta1.md and -seed2.md) and in 22 of
-# the 24 runs of the benchmark's table at M = 4 and 8 (four corpora, seeds 0-2; one tie,
-# one loss of 0.8 points; 0.5 points on average:
-# diloco_trials_2026-11-28-beta07-by-workers.md); with sixteen (two sequences a worker) it
-# lost in seven of twelve runs, by 0.5 points on average, so the longer memory stays there.
+# Chosen against synchronous training at equal tokens (benchmarks/diloco_quality.py;
+# docs/diloco-quality.md, "The defaults by M" and "H = 20 from three workers"). Past two
+# workers shorter rounds (H = 20) and a higher outer momentum (0.8), which carries each
+# pseudo-gradient over about five rounds, took the gap to synchronous training down by
+# more than half, for more bytes; two workers are at or below synchronous with H = 50 and
+# 0.7, at fewer bytes. The workers' beta1 is 0.7 up to eight workers; with sixteen (two
+# sequences a worker) 0.7 lost to 0.8, so the longer memory stays there.
 DEFAULTS_BY_WORKERS = (
     WorkerCountDefaults(2, 50, 0.7, 0.7),
     WorkerCountDefaults(8, 20, 0.8, 0.7),

@@ -11,7 +11,7 @@ import dataclasses
 import math
 
 import pytest
-from pcp_diloco.shepherd_side import momentum_to_reset, plan
+from pcp_diloco.planning import momentum_to_reset, plan
 
 from pcp_core import config, config_file, plugins
 from pcp_core.config_file import declared_settings

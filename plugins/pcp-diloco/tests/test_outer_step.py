@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from pcp_diloco.shepherd_side import plan
+from pcp_diloco.planning import plan
 from safetensors.numpy import load_file
 
 from pcp_core import config_file, plugins
