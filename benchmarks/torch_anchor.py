@@ -19,16 +19,17 @@ blocks`, and torch.utils.checkpoint around each of torch's blocks.
 
     python benchmarks/torch_anchor.py --quick            # CPU: the tiny model, f32
     python benchmarks/torch_anchor.py --size gpt2-small --batch 8 16 --precision bf16 \
-        --torch compiled --xla pcp --interleave --calls 10
+        --torch compiled --interleave --calls 10
     python benchmarks/torch_anchor.py --size gpt2-xl --batch 16 --remat blocks \
-        --torch compiled --xla pcp
+        --torch compiled
 
 FLOPs a step = tokens × (6 × parameters + 12 × layers × width × block); MFU is that
 over the time and `--peak-tflops` (H100 dense bf16: 989). Memory: torch's peak allocated
 bytes; for PCP, what XLA's compiled step says it needs (state, batch, temporaries), as
-jax's own peak counts every earlier variant's too. A way that fails (out of memory at a
-large batch) is a row that says so. Needs torch, which is no
-dependency of PCP: install it beside.
+jax's own peak counts every earlier program's too. A way that fails (out of memory at a
+large batch) is a row that says so. The table goes to `--results`/`--stem`.md, every
+row with its losses to .json. Needs torch, which is no dependency of PCP: install it
+beside.
 """
 
 import argparse
@@ -42,7 +43,7 @@ import shutil
 import statistics
 import sys
 import time
-from collections.abc import Callable, Generator, Iterator
+from collections.abc import Callable, Generator
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -53,152 +54,6 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 RESULTS = Path(__file__).parent / "results"
 H100_BF16_DENSE_TFLOPS = 989.0
-
-# PCP's `xla` step with the per-platform choices of the CUDA export (see pcp_core.program:
-# nanogpt, layers, losses, precision) switched: a variant names the choices it sets, the
-# rest stay as the modules say. "pcp" is the program as shipped today.
-CHOICES = {
-    "attention": ("nanogpt", "FUSED_ATTENTION_PLATFORMS"),
-    "forms": ("layers", "XLA_FORM_PLATFORMS"),
-    "bf16_attention": ("nanogpt", "BF16_ATTENTION_PLATFORMS"),
-    "sorted_embedding": ("nanogpt", "SORTED_EMBEDDING_PLATFORMS"),
-    "one_pass_logsumexp": ("losses", "ONE_PASS_LOGSUMEXP_PLATFORMS"),
-    "weight_gradient": ("precision", "SINGLE_PRODUCT_PLATFORMS"),
-    "bf16_hidden": ("precision", "BF16_HIDDEN_PLATFORMS"),
-    "bf16_outputs": ("precision", "BF16_OUTPUT_PLATFORMS"),
-    "bf16_product_output": ("layers", "BF16_PRODUCT_OUTPUT_PLATFORMS"),
-    "gelu_recomputed": ("layers", "GELU_RECOMPUTED_PLATFORMS"),
-    "norm_statistics": ("layers", "LAYER_NORM_STATISTICS_KEPT_PLATFORMS"),
-    "residual_gradient": ("nanogpt", "RESIDUAL_GRADIENT_KEPT_PLATFORMS"),
-    "norm_one_pass": ("layers", "LAYER_NORM_ONE_PASS_PLATFORMS"),
-    "dense_gelu": ("layers", "DENSE_GELU_PLATFORMS"),
-    "norm_one_sum": ("layers", "LAYER_NORM_ONE_SUM_PLATFORMS"),
-    "bf16_norm": ("nanogpt", "BF16_NORM_OUTPUT_PLATFORMS"),
-    "bf16_branch": ("nanogpt", "BF16_RESIDUAL_BRANCH_PLATFORMS"),
-    "bf16_logits": ("nanogpt", "BF16_LOGITS_PLATFORMS"),
-    "norm_folded": ("nanogpt", "NORM_FOLDED_PLATFORMS"),
-    "position_adds": ("nanogpt", "POSITION_ADDS_PLATFORMS"),
-    "gelu_sigmoid": ("layers", "GELU_SIGMOID_PLATFORMS"),
-    "compiler_options": ("runtime", "COMPILER_OPTIONS"),  # pcp_xla.runtime's, by platform
-}
-CUDA, NONE = ("cuda",), ()
-EXACT = {"cuda": {"xla_allow_excess_precision": False}}  # XLA keeps the program's roundings
-# the CUDA export's choices added on 2026-11-26 (the residual stream, layer norm, logits)
-TODAY = ("bf16_norm", "bf16_branch", "bf16_logits", "norm_statistics", "residual_gradient")
-LATEST = ("norm_one_pass", "dense_gelu", "norm_one_sum")
-NEWER = dict.fromkeys((*TODAY, *LATEST, "norm_folded"), NONE)
-ONE_PASS_GELU = {"norm_one_pass": CUDA, "dense_gelu": CUDA}
-ROUNDED = {"bf16_norm": CUDA, "bf16_branch": CUDA, "bf16_logits": CUDA}  # as autocast rounds
-# the CUDA export's choices added on 2026-11-25 (second H100 session), off in the older variants
-LATER = {**NEWER, "bf16_product_output": NONE, "gelu_recomputed": NONE}
-XLA_VARIANTS: dict[str, dict[str, Any]] = {
-    "pcp": {},  # as the modules say
-    "portable": {**dict.fromkeys(CHOICES, NONE), "compiler_options": {}},
-    "fused-attention": {**dict.fromkeys(CHOICES, NONE), "compiler_options": {}, "attention": CUDA},
-    # the CUDA export of 2026-11-25's first table (ee7183f)
-    "before": {
-        **dict.fromkeys(CHOICES, NONE),
-        "compiler_options": {},
-        "attention": CUDA,
-        "forms": CUDA,
-        "weight_gradient": CUDA,
-    },
-    # the program as shipped from 28e68bf to e6412a1: no compiler options, f32 hidden
-    "e6412a1": {**LATER, "compiler_options": {}, "bf16_hidden": NONE},
-    "bf16-hidden": {**LATER, "compiler_options": {}, "bf16_hidden": CUDA},
-    "bf16-outputs": {**LATER, "compiler_options": {}, "bf16_hidden": NONE, "bf16_outputs": CUDA},
-    # XLA keeps the bf16 roundings (pcp_xla.runtime.COMPILER_OPTIONS; H100 results in
-    # benchmarks/results/gpu/h100/2026-11-25/torch_anchor.md)
-    "exact-precision": {**LATER, "compiler_options": EXACT, "bf16_hidden": NONE},
-    "exact-precision-bf16-hidden": {**LATER, "compiler_options": EXACT, "bf16_hidden": CUDA},
-    # then, one at a time, the later choices (layers.py)
-    "product-output": {**LATER, "bf16_product_output": CUDA},
-    "gelu-recomputed": {**LATER, "gelu_recomputed": CUDA},
-    # the 2026-11-25 defaults (d32cf8a), then the 2026-11-26 choices one at a time and together
-    "2026-11-25": NEWER,
-    "bf16-norm": {**NEWER, "bf16_norm": CUDA},
-    "bf16-branch": {**NEWER, "bf16_branch": CUDA},
-    "bf16-logits": {**NEWER, "bf16_logits": CUDA},
-    "rounded": {**NEWER, **ROUNDED},
-    "rounded-statistics": {**NEWER, **ROUNDED, "norm_statistics": CUDA},
-    "rounded-gradient": {**NEWER, **ROUNDED, "residual_gradient": CUDA},
-    "rounded-statistics-gradient": {**NEWER, **dict.fromkeys(TODAY, CUDA)},
-    # then, on top of that (24c351c), one pass for layer norm's statistics; GELU with its product
-    "one-pass": {**NEWER, **dict.fromkeys(TODAY, CUDA), "norm_one_pass": CUDA},
-    "dense-gelu": {**NEWER, **dict.fromkeys(TODAY, CUDA), "dense_gelu": CUDA},
-    "one-pass-dense-gelu": {**NEWER, **dict.fromkeys(TODAY, CUDA), **ONE_PASS_GELU},
-    # then, on top of that: layer norm's two gradient sums in one (the log-sum-exp in blocks
-    # of 128, `blocked`, was measured on 2026-11-26 and dropped)
-    "one-sum": {**dict.fromkeys(NEWER, CUDA), "norm_folded": NONE},
-    # then (2026-11-29) layer norm's weight and bias folded into the product after it
-    "unfolded": {"norm_folded": NONE},
-    # then (2026-11-29, session 18) the positions' gradient summed over the batch by adds
-    "position-reduced": {"position_adds": NONE},
-    # then (2026-11-29, session 20) GELU as x·σ(2u): an exp where XLA's tanh is a polynomial
-    "gelu-tanh": {"gelu_sigmoid": NONE},
-    # attention in the portable form, not cuDNN's
-    "unfused-attention": {"attention": NONE},
-}
-
-
-def _exact_hidden(**options: Any) -> dict[str, Any]:
-    """Exact precision and the bf16 hidden activation, with more XLA options on CUDA."""
-    exact = {"xla_allow_excess_precision": False}
-    return {**LATER, "compiler_options": {"cuda": exact | options}, "bf16_hidden": CUDA}
-
-
-# XLA's own choices on top (DebugOptions by name): every product through cuBLAS rather
-# than the Triton GEMMs XLA's autotuner may pick; the K-step loop unrolled (no
-# predicate read back by the host between steps); the loop and cuDNN in CUDA graphs.
-XLA_VARIANTS |= {
-    "exact-hidden-cublas": _exact_hidden(xla_gpu_enable_triton_gemm=False),
-    "exact-hidden-unrolled": _exact_hidden(
-        xla_gpu_enable_while_loop_unrolling="WHILE_LOOP_UNROLLING_FULL_UNROLL"
-    ),
-    "exact-hidden-graphs": _exact_hidden(
-        xla_gpu_enable_command_buffer="FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
-    ),
-}
-
-
-GRAPHED = "FUSION,CUBLAS,CUBLASLT,CUSTOM_CALL,CUDNN,WHILE,CONDITIONAL"
-
-
-def _pcp_with(**options: Any) -> dict[str, Any]:
-    """The program as shipped, with more XLA options on CUDA."""
-    return {"compiler_options": {"cuda": EXACT["cuda"] | options}}
-
-
-# XLA's fusion passes that may write layer norm (the residual add, its statistics and the
-# normalisation) as one kernel, as Inductor does, where XLA's own emitters write two
-# (benchmarks/results/gpu/h100/2026-11-26/torch_anchor.md, "Where batch 16 stands").
-XLA_VARIANTS |= {
-    "heroless": _pcp_with(xla_gpu_experimental_enable_triton_heroless_priority_fusion=True),
-    "block-level": _pcp_with(xla_gpu_experimental_enable_fusion_block_level_rewriter=True),
-    "cudnn-norm": _pcp_with(xla_gpu_enable_cudnn_layer_norm=True),
-    "fusion-autotuner": _pcp_with(xla_gpu_experimental_enable_fusion_autotuner=True),
-    "multi-output": _pcp_with(xla_gpu_unsupported_enable_triton_multi_output_fusion=True),
-    # cuBLASLt takes a bf16 bias (and GELU) into the product's epilogue, where cuBLAS
-    # takes only float32 ones: the q/k/v bias and GELU's input would need no pass of
-    # their own
-    "cublaslt": _pcp_with(xla_gpu_enable_cublaslt=True),
-    # every product through cuBLAS: no Triton GEMM fusions for the autotuner to pick
-    "cublas": _pcp_with(xla_gpu_enable_triton_gemm=False),
-    # the K-step loop as one CUDA graph: no launch gaps between a step's ~960 kernels
-    "graphs": _pcp_with(xla_gpu_enable_command_buffer=GRAPHED),
-    "graphs-unrolled": _pcp_with(
-        xla_gpu_enable_command_buffer=GRAPHED, xla_gpu_command_buffer_unroll_loops=True
-    ),
-}
-
-# The products' kernels as cuBLAS's heuristic picks them, as torch's are, not timed by
-# XLA's autotuner on an idle GPU: at batch 16 PCP's products move 120 GB a step through
-# L2 against torch's 99 (benchmarks/results/gpu/h200/2026-11-29-bytes), and at the power
-# cap bytes cost clock.
-XLA_VARIANTS |= {
-    "untuned": _pcp_with(xla_gpu_autotune_level=0),
-    "cublas-untuned": _pcp_with(xla_gpu_enable_triton_gemm=False, xla_gpu_autotune_level=0),
-}
 
 
 def flops_per_step(config: dict[str, int], parameters: int, batch: int) -> float:
@@ -513,28 +368,7 @@ def release_torch() -> None:
 # --- PCP's xla backend ------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def xla_variant(name: str) -> Iterator[None]:
-    """The CUDA export's per-platform choices as `XLA_VARIANTS[name]` says."""
-    from pcp_xla import runtime
-
-    from pcp_core.program import layers, losses, nanogpt, precision
-
-    modules = {"nanogpt": nanogpt, "layers": layers, "losses": losses}
-    modules |= {"precision": precision, "runtime": runtime}
-    where = {key: (modules[module], attribute) for key, (module, attribute) in CHOICES.items()}
-    saved = {key: getattr(*where[key]) for key in CHOICES}
-    for key, platforms in XLA_VARIANTS[name].items():
-        setattr(*where[key], platforms)
-    try:
-        yield
-    finally:
-        for key, platforms in saved.items():
-            setattr(*where[key], platforms)
-
-
 def xla_calls(
-    variant: str,
     program: Any,
     params: dict[str, np.ndarray],
     batches: list[tuple[np.ndarray, np.ndarray]],
@@ -552,11 +386,10 @@ def xla_calls(
 
     backend = plugins.host().backend("xla")
     arch = backend.resolve_arch()
-    with xla_variant(variant):
-        started = time.perf_counter()
-        artifact = backend.runtime.build(program, backend, arch).data
-        executor = backend.runtime.open(artifact, backend, program, None)
-        build_s = time.perf_counter() - started
+    started = time.perf_counter()
+    artifact = backend.runtime.build(program, backend, arch).data
+    executor = backend.runtime.open(artifact, backend, program, None)
+    build_s = time.perf_counter() - started
     initial = list(params.values())
     executor.set_params(initial)
     executor.set_opt_state(program.init_opt_state(initial))
@@ -598,7 +431,7 @@ def xla_calls(
         "artifact_bytes": len(artifact),
         "uses_cudnn_attention": uses_cudnn_attention(artifact),
         "step_memory_gb": step_memory,
-        # the process's peak since it started, every earlier variant's included
+        # the process's peak since it started, every earlier program's included
         "jax_peak_so_far_gb": peak,
     }
 
@@ -771,27 +604,24 @@ def xla_program(args: argparse.Namespace, config: dict[str, int], batch: int) ->
 def xla_ways(
     args: argparse.Namespace, program: Any, params: dict, batches: list, batch: int
 ) -> list[Way]:
-    """Each of `--xla`'s variants."""
-    ways = []
-    for variant in args.xla:
-        name = "pcp xla" if variant == "pcp" else f"pcp xla ({variant})"
-        hlo = args.hlo_dir / f"{variant}_b{batch}.hlo.txt" if args.hlo_dir else None
-        trace = None
-        if args.host_trace:
-            trace = args.results / f"{args.stem}_{variant}_b{batch}.perfetto.json.gz"
-        start = functools.partial(
-            xla_calls,
-            variant,
-            program,
-            params,
-            batches,
-            profile=args.profile,
-            hlo=hlo,
-            host_trace=trace,
-            ncu=args.ncu,
-        )
-        ways.append(Way(name, start, (Exception,)))  # XLA's out of memory is of no one class
-    return ways
+    """PCP's `xla` step, unless `--no-xla`."""
+    if not args.xla:
+        return []
+    hlo = args.hlo_dir / f"pcp_b{batch}.hlo.txt" if args.hlo_dir else None
+    trace = None
+    if args.host_trace:
+        trace = args.results / f"{args.stem}_pcp_b{batch}.perfetto.json.gz"
+    start = functools.partial(
+        xla_calls,
+        program,
+        params,
+        batches,
+        profile=args.profile,
+        hlo=hlo,
+        host_trace=trace,
+        ncu=args.ncu,
+    )
+    return [Way("pcp xla", start, (Exception,))]  # XLA's out of memory is of no one class
 
 
 def take_turns(
@@ -990,7 +820,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="the tiny model on the CPU, f32")
     parser.add_argument("--size", default="gpt2-small", help="a size of step_time.SIZES")
-    parser.add_argument("--batch", type=int, nargs="+", default=[8, 16])
+    parser.add_argument(
+        "--batch", type=int, nargs="+", default=[8, 16], help="batch sizes: rows of each"
+    )
     parser.add_argument("--precision", choices=["f32", "bf16"], default="bf16")
     parser.add_argument(
         "--remat",
@@ -998,7 +830,9 @@ def main() -> None:
         default="none",
         help="blocks: each block recomputed in the backward pass, in PCP and in torch",
     )
-    parser.add_argument("--steps-per-call", type=int, default=4)
+    parser.add_argument(
+        "--steps-per-call", type=int, default=4, help="K: steps a call (pcp train's own)"
+    )
     parser.add_argument("--calls", type=int, default=5, help="timed calls (after one warm-up)")
     parser.add_argument(
         "--interleave",
@@ -1009,7 +843,12 @@ def main() -> None:
     parser.add_argument(
         "--torch", nargs="*", choices=["eager", "compiled"], default=["eager", "compiled"]
     )
-    parser.add_argument("--xla", nargs="*", choices=list(XLA_VARIANTS), default=["pcp"])
+    parser.add_argument(
+        "--xla",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="PCP's xla step beside torch's ways (--no-xla: torch's alone)",
+    )
     parser.add_argument("--torch-device", default=None, help="default: cuda if torch has it")
     parser.add_argument("--peak-tflops", type=float, default=None, help="default: H100's on one")
     parser.add_argument("--profile", action="store_true", help="kernel tables (CUDA only)")
@@ -1033,7 +872,9 @@ def main() -> None:
         "the host's time goes while the device idles, and the Perfetto trace",
     )
     parser.add_argument("--loss-tolerance", type=float, default=0.05)
-    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument(
+        "--results", type=Path, default=RESULTS, help="the folder for <stem>.md and .json"
+    )
     parser.add_argument("--stem", default="torch_anchor")
     args = parser.parse_args()
     # jax and torch share the GPU: jax must not take 75% of it up front

@@ -6,7 +6,7 @@ kinds of entries:
 - the StableHLO they are compiled from, `<key>.mlir` with `<key>.mlir.json`
   (`pcp_core.program.export_cache`);
 - an `xla` worker's compiled steps, jax's persistent compilation cache in `xla/`
-  (`pcp_xla.runtime.keep_compiled_steps`), and XLA's autotuning results below it.
+  (`pcp_xla.executor.keep_compiled_steps`), and XLA's autotuning results below it.
 
 An entry is code that runs, and its key is computable by anyone, so the directory is
 trusted only as far as it is private: it is created 0700 and used only while it belongs

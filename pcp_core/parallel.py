@@ -4,8 +4,8 @@ numpy and hashlib let go of the GIL inside their loops, so a pass over every ten
 a model (a shepherd's checks, norms, sums and outer step; a message's seal) runs on a
 pool of threads, a piece of at most `PIECE` elements each: GPT-2 small's embedding
 alone is a third of the model, and whole tensors would leave the other threads idle.
-On one H100 machine these passes took about 1.2 s of a GPT-2 small round on one core
-(benchmarks/results/gpu/round-overheads/).
+On one core these passes were a large part of a shepherd's round for GPT-2 small
+(docs/wan.md, "Beside the link: a round's own work").
 
 A function given to `pieces` must not call `pieces` itself: the pool's threads would
 wait on work queued behind them.

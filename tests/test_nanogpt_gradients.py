@@ -1,15 +1,15 @@
 """The built-in GPT's hand-written gradients against autodiff of the plain formulas.
 
 Layer norm, GELU, the column sums, the q/k/v split and the positions' add have their
-backward passes written out (pcp_core/program/layers.py says why: fewer bytes kept for the
-backward pass, and reductions GPU targets run well); in f32 they must be the gradients
-autodiff gives.
+backward passes written out (pcp_core/program/layers.py and gelu.py say why: fewer bytes
+kept for the backward pass, and reductions GPU targets run well); in f32 they must be the
+gradients autodiff gives.
 """
 
 import numpy as np
 import pytest
 
-from pcp_core.program import layers
+from pcp_core.program import gelu, layers, platform_export
 
 
 @pytest.fixture(scope="module")
@@ -46,13 +46,13 @@ def test_layer_norm(rng) -> None:
 def test_gelu(rng, monkeypatch, sigmoid_form) -> None:
     import jax
 
-    if sigmoid_form:  # the portable trace (platform None) takes the form as CUDA's would
-        monkeypatch.setattr(layers, "GELU_SIGMOID_PLATFORMS", (None,))
+    if sigmoid_form:  # the portable trace (platform None) takes the forms of XLA on CUDA
+        monkeypatch.setattr(platform_export, "XLA_FORMS_PLATFORM", None)
     x = rng.standard_normal((4, 32)).astype(np.float32) * 3
     cotangent = rng.standard_normal((4, 32)).astype(np.float32)
     reference = lambda x: jax.nn.gelu(x, approximate=True)  # noqa: E731
-    np.testing.assert_allclose(layers.gelu("f32")(x), reference(x), atol=1e-6)
-    assert_same_gradients(layers.gelu("f32"), reference, [x], cotangent)
+    np.testing.assert_allclose(gelu.gelu("f32")(x), reference(x), atol=1e-6)
+    assert_same_gradients(gelu.gelu("f32"), reference, [x], cotangent)
 
 
 @pytest.mark.parametrize("shape", [(32, 256, 384), (3, 5, 7), (2, 1024, 48)])

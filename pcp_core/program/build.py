@@ -6,9 +6,8 @@ ends of a wire agree on what each tensor is.
 """
 
 import contextlib
-import contextvars
 import functools
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -17,47 +16,13 @@ import numpy as np
 from pcp_core.models import Model
 from pcp_core.optimizers import GradientTransformation, schedule_from
 from pcp_core.program import export_cache
-from pcp_core.program.mesh import data_parallel, export_mesh, exported_on, placed_on
+from pcp_core.program.mesh import data_parallel
+from pcp_core.program.platform_export import export_step
 
 ENTRY_FUNCTION = "main"
-# The platform a program is being exported for while its step is traced (see
-# `export_platform`); None while the portable program (the StableHLO IREE compiles and
-# `jax_step`) is traced.
-_EXPORT_PLATFORM: contextvars.ContextVar[str | None] = contextvars.ContextVar(
-    "pcp_export_platform", default=None
-)
-# Custom calls that a program exported for a platform may hold although jax does not
-# promise them stable across versions: cuDNN's fused attention (see nanogpt's
-# `_attention`). Both ends run the same jax on that platform (see pcp-xla's join check).
-PLATFORM_CUSTOM_CALLS = {
-    "cuda": ("__cudnn$fmhaSoftmax", "__cudnn$fmhaSoftmaxBackward"),
-}
 # The optimizer-state tensor of a program that carries its learning-rate schedule
 # (`build_train_program`'s `schedule`): [lr, min_lr, warmup steps, total steps].
 SCHEDULE_TENSOR = "opt.lr_schedule"
-
-
-def export_platform() -> str | None:
-    """The jax platform ("cuda", "cpu", ...) the step being traced is exported for, or
-    None for the portable program.
-
-    A model reads it to choose a platform's own kernel where that platform has one (a
-    fused attention on CUDA) while staying one definition: the StableHLO that IREE
-    compiles, and `TrainProgram.jax_step`, are traced with None and keep the portable form.
-    """
-    return _EXPORT_PLATFORM.get()
-
-
-@contextlib.contextmanager
-def exporting_for(platform: str | None, devices: int = 1) -> Iterator[None]:
-    """Trace inside this block as `TrainProgram.export(platform, devices)` does (see
-    `export_platform` and `pcp_core.program.mesh.export_mesh`)."""
-    token = _EXPORT_PLATFORM.set(platform)
-    try:
-        with exported_on(platform, devices):
-            yield
-    finally:
-        _EXPORT_PLATFORM.reset(token)
 
 
 @dataclass(frozen=True)
@@ -98,8 +63,8 @@ class TrainProgram:
     block_size: int
     jax_step: Callable[..., Any]  # the same step jitted by XLA, for parity and benchmarks
     # The step as a jax.export.Exported for one platform ("cpu", "cuda", ...) and a
-    # number of devices it runs on data-parallel (see `_exported`), float32 products at
-    # full precision as IREE computes them (pcp-xla ships it serialized).
+    # number of devices it runs on data-parallel, float32 products at full precision as
+    # IREE computes them (`platform_export.export_step`; pcp-xla ships it serialized).
     export: Callable[[str, int], Any]
     init_opt_state: Callable[[list[np.ndarray]], list[np.ndarray]]
     # The same K steps straight-line, exported on first use (see `stablehlo_for`).
@@ -239,10 +204,8 @@ def build_train_program(
         # (`Backend.unroll_steps`). As a loop, on a GPU each pass copies every parameter
         # and moment into the loop's buffers and records the step's command buffer anew;
         # straight-line, the whole call is one command buffer that IREE records once and
-        # replays with each call's buffers (H100, gpt-b32: bf16 22.7 -> 18.0 ms a step,
-        # f32 44.8 -> 36.5; benchmarks/results/gpu/h100/bf16_trials_2026-11-23.md). It
-        # compiles several times slower (the default model for the CPU: 9 -> 50 s), so
-        # the CPU and XLA keep the loop. Both compute the same steps, op for op.
+        # replays with each call's buffers (docs/iree-cuda.md). It compiles several times
+        # slower, so the CPU and XLA keep the loop. Both compute the same steps, op for op.
         unrolled_step=functools.partial(train_step, unroll=True),
     )
 
@@ -362,39 +325,6 @@ def _exported(
         assert unrolled_step is not None  # asked for only where there is one
         return cached("unrolled", exported(jax.jit(unrolled_step)))
 
-    def export_for(platform: str, devices: int = 1) -> Any:
-        """The step for `platform`, on one device or on a mesh of `devices`: the batch
-        axis split over them and the parameters replicated on each, so XLA sums the
-        gradients across devices (NCCL on NVIDIA GPUs) and every device ends the step
-        with the same parameters; each optimizer-state tensor is split over the devices
-        along its first axis that divides evenly (ZeRO stage 1: each device keeps and
-        updates a part of AdamW's moments), else replicated (`pcp_core.program.mesh`)."""
-        if devices < 1 or batch_shape[1] % devices:
-            raise ValueError(
-                f"a batch of {batch_shape[1]} sequences does not split evenly over "
-                f"{devices} devices: make the batch size a multiple of {devices}"
-            )
-
-        def step_for_platform(*args: Any) -> Any:
-            # a function of its own, so jax traces it anew rather than reuse the
-            # portable trace of `jitted`: the model may choose per platform here
-            return step(*args)
-
-        allowed = [
-            jax.export.DisabledSafetyCheck.custom_call(target)
-            for target in PLATFORM_CUSTOM_CALLS.get(platform, ())
-        ]
-        with (
-            exporting_for(platform, devices),
-            jax.default_matmul_precision("highest" if precision == "f32" else None),
-        ):
-            jitted_for_platform = jax.jit(
-                step_for_platform, **placed_on(export_mesh(), [s.shape for s in opt_specs])
-            )
-            return jax.export.export(
-                jitted_for_platform, platforms=(platform,), disabled_checks=allowed
-            )(*arguments)
-
     steps_per_call, batch_size, block_size = batch_shape
     return TrainProgram(
         stablehlo=cached("loop", exported(jitted)),
@@ -404,7 +334,9 @@ def _exported(
         batch_size=batch_size,
         block_size=block_size,
         jax_step=jitted,
-        export=export_for,
+        export=functools.partial(
+            export_step, step, arguments, [s.shape for s in opt_specs], precision
+        ),
         init_opt_state=init_opt_state,
         unrolled=unrolled if unrolled_step is not None else None,
     )

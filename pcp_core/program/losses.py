@@ -1,14 +1,9 @@
 """The built-in model's loss: mean cross-entropy with a hand-written gradient, in the
-form IREE compiles for GPUs or, where the exported program is XLA's, in one pass."""
+form IREE compiles for GPUs or, in the export for XLA on CUDA, in one pass."""
 
 import functools
 
 from pcp_core.program import layers
-from pcp_core.program.build import export_platform
-
-# Platforms whose exported program takes the cross-entropy's log-sum-exp in one pass
-# over the logits (a running maximum and sum, see `logsumexp_in_one_pass`), not two.
-ONE_PASS_LOGSUMEXP_PLATFORMS: tuple[str, ...] = ("cuda",)
 
 
 @functools.cache
@@ -46,7 +41,8 @@ def cross_entropy_in_one_pass():
     and marks the targets by comparing with an iota, so exp, the one-hot and the
     scaling are one elementwise pass that writes the gradient in the logits' dtype.
     The scatter of `cross_entropy` split that pass in three around it, and its kept
-    `shifted` logits were one more logits-sized tensor written and read back.
+    `shifted` logits were one more logits-sized tensor written and read back. The
+    log-sum-exp reads the logits once (`logsumexp_in_one_pass`).
     """
     import jax
     import jax.numpy as jnp
@@ -54,11 +50,7 @@ def cross_entropy_in_one_pass():
 
     def forward(logits, targets):
         x = logits.astype(jnp.float32)
-        if export_platform() in ONE_PASS_LOGSUMEXP_PLATFORMS:
-            log_total = logsumexp_in_one_pass(x)
-        else:
-            top = jax.lax.stop_gradient(jnp.max(x, axis=-1, keepdims=True))
-            log_total = top + jnp.log(jnp.sum(jnp.exp(x - top), axis=-1, keepdims=True))
+        log_total = logsumexp_in_one_pass(x)
         picked = jnp.take_along_axis(x, targets[..., None], axis=-1)
         return jnp.mean(log_total - picked), (logits, log_total, targets)
 

@@ -1,8 +1,8 @@
 """How a program for several devices lies on them: one mesh axis, the batch split over
 it, the parameters whole on each device, the optimizer's moments split (ZeRO stage 1).
 
-`build.exporting_for` sets the mesh a step is traced for (`export_mesh`); the model and
-the train step read it here to place what they compute.
+`platform_export.exporting_for` sets the mesh a step is traced for (`export_mesh`); the
+model and the train step read it here to place what they compute.
 """
 
 import contextlib

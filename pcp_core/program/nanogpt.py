@@ -3,6 +3,11 @@
 Pre-norm transformer blocks, causal self-attention, GELU MLP, weights tied between
 the token embedding and the output head. Every matrix product goes through
 `pcp_core.program.precision.matmul`, so the run's precision (`f32` or `bf16`) applies to all.
+
+The step exported for XLA on CUDA (`platform_export.xla_on_cuda`) takes the forms XLA
+compiles well there: cuDNN's attention (`_attention`), bf16 activations where
+torch.autocast keeps them (`_rounded_as_autocast`), layer norm folded into the product
+after it (`_normed`), and the layers' and loss's own forms for it; docs/gpu.md measures them.
 """
 
 import functools
@@ -15,58 +20,13 @@ import structlog
 
 from pcp_core.config import PRECISIONS
 from pcp_core.models import Model, Params
-from pcp_core.program import layers, losses
+from pcp_core.program import embedding, gelu, layers, losses
 from pcp_core.program import precision as precisions
-from pcp_core.program.build import export_platform
 from pcp_core.program.mesh import devices_at_hand, on_each_device
+from pcp_core.program.platform_export import export_platform, xla_on_cuda
 from pcp_core.program.portable_attention import causal_attention
 
 log = structlog.get_logger(__name__)
-
-# Platforms whose exported program (XLA's) computes attention with cuDNN's fused kernel
-# under `bf16` (flash attention: the [time, time] scores never reach memory); the
-# portable form stays for IREE, for f32, and where jax finds no cuDNN while exporting.
-FUSED_ATTENTION_PLATFORMS: tuple[str, ...] = ("cuda",)
-# Platforms whose exported `bf16` program, where cuDNN computes attention, passes q, k, v
-# and the attention's output between the products and cuDNN in bf16: the values cuDNN
-# took and gave anyway (each product adds its bias in float32 and rounds once), so the
-# same numbers, without a float32 copy of each written and converted (see `_dense`).
-BF16_ATTENTION_PLATFORMS: tuple[str, ...] = ("cuda",)
-# Platforms whose exported program takes the embedding's gradient by sorting the tokens
-# and summing each token's rows (see `layers.sorted_embedding_gradient`) rather than as the
-# one-hot product: a product as large as the output head's, for a few MB of sums.
-SORTED_EMBEDDING_PLATFORMS: tuple[str, ...] = ("cuda",)
-# Platforms whose exported `bf16` program rounds to bf16, as torch.autocast does, the
-# activations that only a bf16 product reads or that a product makes for the residual
-# stream: layer norm's output, with the gradient that comes back to it
-# (`BF16_NORM_OUTPUT_PLATFORMS`); each residual branch's output (`c_proj`, its bias added
-# in bf16) before it is added to the float32 residual stream
-# (`BF16_RESIDUAL_BRANCH_PLATFORMS`); and the logits, whose cross-entropy is still taken
-# in float32 (`BF16_LOGITS_PLATFORMS`). Each halves the bytes of a [tokens, width] (or
-# [tokens, vocabulary]) tensor written and read back, and changes the numbers by a
-# rounding of 2⁻⁹ of each value; the loss curves stay within the anchor's own distance
-# from PCP's. On an H100, GPT-2 small bf16, batch 16: 40.14 → 38.93 ms a step for the
-# first two, 38.16 with the logits (benchmarks/results/gpu/h100/2026-11-26).
-BF16_NORM_OUTPUT_PLATFORMS: tuple[str, ...] = ("cuda",)
-BF16_RESIDUAL_BRANCH_PLATFORMS: tuple[str, ...] = ("cuda",)
-BF16_LOGITS_PLATFORMS: tuple[str, ...] = ("cuda",)
-# Platforms whose exported program keeps the residual stream's gradient apart from layer
-# norm's backward pass (see `layers.kept_gradient`): on an H200, with the roundings above
-# and layer norm's statistics kept, 19.50 → 19.12 ms a step at batch 8, even at 16.
-RESIDUAL_GRADIENT_KEPT_PLATFORMS: tuple[str, ...] = ("cuda",)
-# Platforms whose exported program folds each block's layer norm weight w and bias b into
-# the product that reads the norm (see `_normed`): (x̂·w + b)·W + c = x̂·(w∘W) + (b·W + c),
-# the same function of the same parameters. Layer norm's backward pass then sums nothing
-# over the rows (a pass that read its [tokens, width] input and gradient again for two
-# [width] sums); w's and b's gradients come from weight-sized sums over W's gradient.
-NORM_FOLDED_PLATFORMS: tuple[str, ...] = ("cuda",)
-# Platforms whose exported program sums the position embedding's gradient over the batch
-# as a chain of adds (see `layers.add_positions`): as a reduction over the batch, XLA laid
-# the whole float32 residual stream out batch-minor from batch 32 on, and transposed it
-# wherever it was read. On an H200, GPT-2 small bf16, batch 32: 67.14 → 64.33 ms a step
-# (torch.compile 63.27); at 8-24 no change beyond the spread between calls
-# (benchmarks/results/gpu/h200/2026-11-29-b32-profile).
-POSITION_ADDS_PLATFORMS: tuple[str, ...] = ("cuda",)
 
 # `remat`: 0 keeps every activation for the backward pass; 1 (`--remat blocks`) keeps only
 # each transformer block's input and recomputes the block's activations from it there.
@@ -151,7 +111,7 @@ def _dense(params: Params, name: str, x, precision: str, out_dtype=None):
     import jax.numpy as jnp
 
     weight, bias = params[name + ".weight"], params[name + ".bias"]
-    if out_dtype is None and (x.dtype == jnp.float32 or precisions.bf16_outputs(precision)):
+    if out_dtype is None and x.dtype == jnp.float32:
         return layers.add_bias()(precisions.matmul(x, weight, precision), bias)
     out = jnp.dtype(out_dtype or jnp.float32).name
     return layers.rounded_dense(precision, jnp.dtype(x.dtype).name, out)(x, weight, bias)
@@ -160,7 +120,10 @@ def _dense(params: Params, name: str, x, precision: str, out_dtype=None):
 def _normed(params: Params, norm: str, dense: str, x, out_dtype: str, fold: bool):
     """The layer norm `norm` of `x` in `out_dtype`, and the parameters that the layer
     `dense`, which reads it, takes: with `fold`, x̂ alone, and `dense`'s weight and bias
-    with the norm's folded in (see `NORM_FOLDED_PLATFORMS`)."""
+    with the norm's folded in, (x̂·w + b)·W + c = x̂·(w∘W) + (b·W + c): the same function
+    of the same parameters. Layer norm's backward pass then sums nothing over the rows
+    (a pass that read its [tokens, width] input and gradient again for two [width]
+    sums); w's and b's gradients come from weight-sized sums over W's gradient."""
     import jax.numpy as jnp
 
     weight, bias = params[norm + ".weight"], params[norm + ".bias"]
@@ -175,20 +138,16 @@ def _normed(params: Params, norm: str, dense: str, x, out_dtype: str, fold: bool
     return layers.normalized(out_dtype)(x), params | folded
 
 
-def _dense_gelu(params: Params, name: str, x, precision: str, out_dtype):
-    """GELU of the layer `name`'s output, in `out_dtype` (the hidden activation's)."""
+def _dense_gelu(params: Params, name: str, x, precision: str):
+    """GELU of the layer `name`'s output: the MLP's hidden activation, in bf16 where
+    `precision.bf16_hidden` says, computed by `gelu.dense_gelu` (one pass after the
+    product), else in float32."""
     import jax.numpy as jnp
 
-    fused = (
-        out_dtype == jnp.bfloat16
-        and precision == "bf16"
-        and export_platform() in layers.DENSE_GELU_PLATFORMS
-        and export_platform() in layers.BF16_PRODUCT_OUTPUT_PLATFORMS
-    )
-    if fused:
+    if precisions.bf16_hidden(precision):
         weight, bias = params[name + ".weight"], params[name + ".bias"]
-        return layers.dense_gelu(precision, jnp.dtype(x.dtype).name)(x, weight, bias)
-    return layers.gelu(precision)(_dense(params, name, x, precision, out_dtype))
+        return gelu.dense_gelu(precision, jnp.dtype(x.dtype).name)(x, weight, bias)
+    return gelu.gelu(precision)(_dense(params, name, x, precision))
 
 
 def _attention(config: Mapping[str, int], params: Params, prefix: str, x, precision: str):
@@ -196,14 +155,18 @@ def _attention(config: Mapping[str, int], params: Params, prefix: str, x, precis
 
     batch, time, width = x.shape
     heads = config["n_head"]
+    # cuDNN's fused (flash) attention under `bf16` in the export for XLA on CUDA, its
+    # [time, time] scores never in memory; q, k, v and its output pass between it and the
+    # products in bf16, the values cuDNN takes and gives anyway (each product adds its
+    # bias in float32 and rounds once), with no float32 copy of each written and
+    # converted. The portable form stays for IREE, for f32, and where jax finds no cuDNN.
     fused_here = (
         precision == "bf16"
-        and export_platform() in FUSED_ATTENTION_PLATFORMS
+        and xla_on_cuda()
         and devices_at_hand()  # cuDNN's attention is lowered with its devices present
     )
-    in_bf16 = fused_here and export_platform() in BF16_ATTENTION_PLATFORMS
-    qkv = _dense(params, prefix + "c_attn", x, precision, jnp.bfloat16 if in_bf16 else None)
-    branch = _bf16_where(precision, BF16_RESIDUAL_BRANCH_PLATFORMS)
+    qkv = _dense(params, prefix + "c_attn", x, precision, jnp.bfloat16 if fused_here else None)
+    branch = _rounded_as_autocast(precision)
     if fused_here:
         fused = _fused_attention(qkv, heads)
         if fused is not None:
@@ -213,11 +176,16 @@ def _attention(config: Mapping[str, int], params: Params, prefix: str, x, precis
     return _dense(params, prefix + "c_proj", out, precision, branch)
 
 
-def _bf16_where(precision: str, platforms: tuple[str, ...]):
-    """bf16 where the program being traced is `bf16` and exported for one of `platforms`."""
+def _rounded_as_autocast(precision: str):
+    """bf16 where the program being traced is `bf16` for XLA on CUDA, else None: the dtype
+    of the activations that torch.autocast keeps in bf16 and only a bf16 product reads or
+    a product makes for the residual stream (layer norm's output, with the gradient that
+    comes back to it; each residual branch's output; the logits, whose cross-entropy is
+    still taken in float32). Each halves the bytes of a [tokens, width] (or [tokens,
+    vocabulary]) tensor written and read back, for a rounding of 2⁻⁹ of each value."""
     import jax.numpy as jnp
 
-    return jnp.bfloat16 if precision == "bf16" and export_platform() in platforms else None
+    return jnp.bfloat16 if precision == "bf16" and xla_on_cuda() else None
 
 
 def _fused_attention(qkv, heads: int):
@@ -251,36 +219,32 @@ def _no_fused_attention(reason: str) -> None:
 
 def _block(config: Mapping[str, int], prefix: str, precision: str, params: Params, x):
     """The transformer block `prefix` ("h.3.") applied to the residual stream `x`; `params`
-    needs only the block's own."""
-    import jax.numpy as jnp
-
-    hidden = jnp.bfloat16 if precisions.bf16_hidden(precision) else None
-    in_bf16 = _bf16_where(precision, BF16_NORM_OUTPUT_PLATFORMS) is not None
+    needs only the block's own. For XLA on CUDA each layer norm is folded into the
+    product after it (`_normed`), and the residual stream's gradient is kept apart from
+    layer norm's backward pass (`layers.kept_gradient`)."""
+    branch = _rounded_as_autocast(precision)
     normed = functools.partial(
         _normed,
         params,
-        out_dtype="bfloat16" if in_bf16 else "float32",
-        fold=export_platform() in NORM_FOLDED_PLATFORMS,
+        out_dtype="float32" if branch is None else "bfloat16",
+        fold=xla_on_cuda(),
     )
-    branch = _bf16_where(precision, BF16_RESIDUAL_BRANCH_PLATFORMS)
-    kept = export_platform() in RESIDUAL_GRADIENT_KEPT_PLATFORMS
-    residual = layers.kept_gradient() if kept else (lambda x: x)
+    residual = layers.kept_gradient() if xla_on_cuda() else (lambda x: x)
     h, block = normed(prefix + "ln_1", prefix + "attn.c_attn", x)
     x = residual(x + _attention(config, block, prefix + "attn.", h, precision))
     h, block = normed(prefix + "ln_2", prefix + "mlp.c_fc", x)
-    h = _dense_gelu(block, prefix + "mlp.c_fc", h, precision, hidden)
+    h = _dense_gelu(block, prefix + "mlp.c_fc", h, precision)
     return residual(x + _dense(params, prefix + "mlp.c_proj", h, precision, branch))
 
 
 def logits(config: Mapping[str, int], params: Params, tokens, precision: str = "f32"):
+    """Logits [batch, time, vocabulary] of `tokens` [batch, time]. For XLA on CUDA the
+    positions' gradient is summed over the batch by adds (`layers.add_positions`)."""
     import jax
 
     time = tokens.shape[1]
-    by_comparison = export_platform() in layers.XLA_FORM_PLATFORMS
-    sorted_rows = export_platform() in SORTED_EMBEDDING_PLATFORMS
-    embed = layers.embedding(precision, by_comparison, sorted_rows)
-    add = layers.add_positions() if export_platform() in POSITION_ADDS_PLATFORMS else operator.add
-    x = add(embed(params["wte"], tokens), params["wpe"][:time])
+    add = layers.add_positions() if xla_on_cuda() else operator.add
+    x = add(embedding.embedding(precision)(params["wte"], tokens), params["wpe"][:time])
     # With `remat`, each block under jax.checkpoint: its input is what the backward pass
     # keeps, and the block's forward pass runs again there. A platform's export fences the
     # recomputation with optimization barriers, so that XLA cannot merge it back into the
@@ -294,7 +258,7 @@ def logits(config: Mapping[str, int], params: Params, tokens, precision: str = "
             block = jax.checkpoint(block, prevent_cse=export_platform() is not None)
         x = block({k: v for k, v in params.items() if k.startswith(p)}, x)
     x = layers.layer_norm()(x, params["ln_f.weight"], params["ln_f.bias"])
-    in_bf16 = _bf16_where(precision, BF16_LOGITS_PLATFORMS) is not None
+    in_bf16 = _rounded_as_autocast(precision) is not None
     return precisions.matmul(x, params["wte"].T, precision, bf16_out=in_bf16)
 
 
@@ -330,7 +294,7 @@ def decode(config: Mapping[str, int], params: Params, cache, tokens, start, last
         out = jnp.einsum("bhqk,bhkd->bqhd", jax.nn.softmax(scores, axis=-1), cache[i, 1])
         x = x + _dense(params, p + "attn.c_proj", out.reshape(batch, time, width), "f32")
         h = norm(x, params[p + "ln_2.weight"], params[p + "ln_2.bias"])
-        h = layers.gelu("f32")(_dense(params, p + "mlp.c_fc", h, "f32"))
+        h = gelu.gelu("f32")(_dense(params, p + "mlp.c_fc", h, "f32"))
         x = x + _dense(params, p + "mlp.c_proj", h, "f32")
     x = jax.lax.dynamic_index_in_dim(x, last, axis=1, keepdims=False)
     x = layers.layer_norm()(x, params["ln_f.weight"], params["ln_f.bias"])
@@ -339,8 +303,7 @@ def decode(config: Mapping[str, int], params: Params, cache, tokens, start, last
 
 def loss(config: Mapping[str, int], params: Params, tokens, targets, precision: str = "f32"):
     """Mean cross-entropy of next-character prediction."""
-    in_one_pass = export_platform() in layers.XLA_FORM_PLATFORMS
-    mean_loss = losses.cross_entropy_in_one_pass() if in_one_pass else losses.cross_entropy()
+    mean_loss = losses.cross_entropy_in_one_pass() if xla_on_cuda() else losses.cross_entropy()
     return mean_loss(logits(config, params, tokens, precision), targets)
 
 

@@ -10,48 +10,29 @@ XLA compute the same thing, and no backend needs a precision flag.
 import functools
 from typing import Any
 
-from pcp_core.program.build import export_platform
+from pcp_core.program.platform_export import xla_on_cuda
 
 # Blocks of rows whose weight-gradient products are summed last (see `weight_gradient`).
 WEIGHT_GRADIENT_BLOCKS = 8
-# Platforms whose exported program (XLA's) takes each weight gradient as one product:
-# cuBLAS splits the long reduction itself, and the blocks' partial sums would be
-# written and read back (for the vocabulary-sized ones at GPT-2 small, a 1.2 GB pass).
-SINGLE_PRODUCT_PLATFORMS: tuple[str, ...] = ("cuda",)
-# Platforms whose exported `bf16` program rounds each product's output to bf16 (still
-# accumulated in float32), as torch.autocast does: the activations between products,
-# and their gradients, then take half the bytes. A change of numbers, not only of
-# form, so none by default (see benchmarks/torch_anchor.py's `bf16-outputs`).
-BF16_OUTPUT_PLATFORMS: tuple[str, ...] = ()
-# Platforms whose exported `bf16` program keeps the MLP's hidden activation in bf16:
-# `c_fc` rounds its output (bias added in float32) once, GELU reads and writes bf16, and
-# the gradients that flow back through them are bf16 too (GELU's derivative itself is
-# computed in float32). The backward pass already read that activation in bf16 (see
-# `stored`); this rounds the forward GELU's input and the hidden gradient as well. On an
-# H100 (GPT-2 small bf16, batch 16, XLA keeping the program's roundings): 42.51 → 41.54
-# ms a step (benchmarks/results/gpu/h100/2026-11-25/torch_anchor.md).
-BF16_HIDDEN_PLATFORMS: tuple[str, ...] = ("cuda",)
 
 
 def matmul(a: Any, b: Any, precision: str, bf16_out: bool = False) -> Any:
     """`a @ b` (b either 2-D or batched like a) under the precision policy, in float32
-    (in bf16 where `bf16_outputs`, or where the caller asks for `bf16_out`)."""
-    return _matmul(precision, bf16_outputs(precision) or bf16_out)(a, b)
-
-
-def bf16_outputs(precision: str) -> bool:
-    """Whether products output bf16 in the program being traced (`BF16_OUTPUT_PLATFORMS`)."""
-    return precision == "bf16" and export_platform() in BF16_OUTPUT_PLATFORMS
+    (in bf16 where the caller asks for `bf16_out`)."""
+    return _matmul(precision, bf16_out)(a, b)
 
 
 def bf16_hidden(precision: str) -> bool:
-    """Whether the MLP's hidden activation is bf16 in the program being traced
-    (`BF16_HIDDEN_PLATFORMS`; not with `bf16_outputs`, which rounds every product)."""
-    return (
-        precision == "bf16"
-        and export_platform() in BF16_HIDDEN_PLATFORMS
-        and not bf16_outputs(precision)
-    )
+    """Whether the MLP's hidden activation is bf16 in the program being traced: under
+    `bf16` in the export for XLA on CUDA.
+
+    There `c_fc` rounds its output (bias added in float32) once, GELU reads and writes
+    bf16, and the gradients that flow back through them are bf16 too (GELU's derivative
+    itself is computed in float32). The backward pass reads that activation in bf16 in
+    every program (see `stored`); this also rounds the forward GELU's input and the
+    hidden gradient, so the widest activation of the step takes half the bytes.
+    """
+    return precision == "bf16" and xla_on_cuda()
 
 
 def weight_gradient(a: Any, g: Any, precision: str) -> Any:
@@ -61,7 +42,9 @@ def weight_gradient(a: Any, g: Any, precision: str) -> Any:
     so as one product a GPU gets a handful of workgroups that each walk every row: IREE
     ran the 384x384 and vocabulary-sized ones at 0.1-4 TFLOP/s. As a batch of products
     over blocks of rows, summed afterwards, it gets `WEIGHT_GRADIENT_BLOCKS` times the
-    parallel work for one extra pass over a weight-sized result.
+    parallel work for one extra pass over a weight-sized result. XLA on CUDA takes one
+    product: cuBLAS splits the long reduction itself, and the blocks' partial sums would
+    be written and read back (for a vocabulary-sized weight, a pass of its own).
     """
     import jax.numpy as jnp
 
@@ -69,7 +52,7 @@ def weight_gradient(a: Any, g: Any, precision: str) -> Any:
     rows = a.shape[0]
     blocks = WEIGHT_GRADIENT_BLOCKS if rows % WEIGHT_GRADIENT_BLOCKS == 0 else 1
     a, g = _cast(a, precision), _cast(g, precision)
-    if export_platform() in SINGLE_PRODUCT_PLATFORMS:
+    if xla_on_cuda():
         return _product(a.T, g)
     a_blocks = jnp.swapaxes(a.reshape(blocks, rows // blocks, -1), 1, 2)
     partial = _product(a_blocks, g.reshape(blocks, rows // blocks, -1))

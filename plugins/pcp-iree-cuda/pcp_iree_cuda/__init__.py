@@ -3,41 +3,27 @@
 IREE 3.13 cannot target sm_90 or newer ("missing GPU target"), but sm_80 PTX is
 JIT-compiled by the driver and runs on Hopper and later, so those map to sm_80.
 
-Compile flags, each measured on the gpt-b32 step (6 layers, width 384, batch 32) on an
-H200 (benchmarks/step_time.py --backend cuda; benchmarks/README.md has the tables):
+Compile flags (docs/iree-cuda.md measures each, and the ones left out):
 - `--iree-codegen-transform-dialect-library=kernel_configs.mlir`: shared-memory SIMT
-  configs for float32 matrix products, which IREE otherwise runs at 2-3 TFLOP/s; tiles
-  for the bf16 ones, which IREE gives one 64x64 tile whatever their shape (H100,
-  gpt-b32 bf16 step 14.05 -> 12.99 ms); and eight warps a workgroup for elementwise
-  passes, which IREE gives one (13.07 -> 11.75 ms; the file says what each buys).
-  `--iree-codegen-tuning-spec-path` would be the documented flag, but IREE 3.13 ignores
-  it for CUDA: the spec is never read.
-- No `--iree-dispatch-creation-split-matmul-reduction`: it helped the default f32 configs
-  (279 -> 161 ms) but splits every product, the short forward ones too, into partial
-  sums that cost more than they save once the products are tuned; bf16 was slower with
-  it (48.9 -> 53.7 ms).
-- Tried on the bf16 step and left out (H100, 2026-11-22): `--iree-opt-generalize-matmul`
-  23.8 -> 23.3 ms but loses parity with XLA (parameters 7.5e-2 apart after 50 steps,
-  against 3.9e-3); early-trunc fusion, multi-use fusion, horizontal contraction fusion,
-  multi-reduction fusion, aggressive reshape movement and command-buffer memoization
-  each compile to a byte-identical module.
+  configs for float32 matrix products, which IREE otherwise runs at a small fraction of
+  the GPU's rate; tiles for the bf16 ones, which IREE gives one 64x64 tile whatever
+  their shape; and eight warps a workgroup for elementwise passes, which IREE gives one
+  (the file says what each buys). `--iree-codegen-tuning-spec-path` would be the
+  documented flag, but IREE 3.13 ignores it for CUDA: the spec is never read.
+- No `--iree-dispatch-creation-split-matmul-reduction`: it splits every product, the
+  short forward ones too, into partial sums that cost more than they save once the
+  products are tuned.
 
 `unroll_steps=True`: the K steps of a call compiled straight-line, not as a loop
 (pcp_core/program/build.py): one command buffer a call, recorded once and replayed, without
-the loop's per-step copies of every parameter and moment. H100, gpt-b32 (2026-11-23):
-bf16 22.7 -> 18.0 ms a step, f32 44.8 -> 36.5 (benchmarks/results/gpu/h100/
-bf16_trials_2026-11-23.md); compiling takes several times longer.
+the loop's per-step copies of every parameter and moment; compiling takes several times
+longer.
 
-Runtime flags, measured the same way (iree-benchmark-module, 10 steps a call):
-- `--cuda_async_allocations=false`: IREE's own caching allocator for the step's
-  transient buffers instead of CUDA's stream-ordered pools: 27.2 -> 23.3 ms per bf16
-  step, 85.6 -> 81.3 ms f32. (`--cuda_use_streams=false`, CUDA graphs, was slower:
-  32.2 ms; `--cuda_allow_inline_execution` changed nothing.)
-  Since the program reaches IREE unrolled (`unroll_steps`, below), a call is one command
-  buffer recorded once and replayed, and the GPU rather than the host sets the pace:
-  on the H100 bf16 step (2026-11-23) this flag gives 17.99 ms, async allocations 18.62,
-  CUDA graphs 17.93, inline execution 18.19 (benchmarks/results/gpu/h100/
-  bf16_trials_2026-11-23.md). It stays, as no other is clearly faster.
+Runtime flag `--cuda_async_allocations=false`: IREE's own caching allocator for the
+step's transient buffers instead of CUDA's stream-ordered pools, which cost a bf16 step
+more than a tenth of its time before the call was unrolled. With the call unrolled the
+GPU rather than the host sets the pace, and no other choice (async allocations, CUDA
+graphs, inline execution) is clearly faster.
 """
 
 import os

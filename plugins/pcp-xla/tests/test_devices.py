@@ -91,7 +91,7 @@ def test_sharded_inner_steps_equal_one_device_at_the_same_batch() -> None:
 EXPORT_MESH = """
 import json, sys
 import jax, jax.numpy as jnp, numpy as np
-from pcp_core.program.build import exporting_for
+from pcp_core.program.platform_export import exporting_for
 from pcp_core.program.mesh import data_parallel, devices_at_hand, export_mesh, on_each_device
 with exporting_for("cpu", 2):
     found = {"mesh": type(export_mesh()).__name__, "at_hand": devices_at_hand()}

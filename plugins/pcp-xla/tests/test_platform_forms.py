@@ -1,12 +1,7 @@
 """The per-platform forms of the exported step compute what the portable program does.
 
-The CUDA export takes forms XLA compiles well (pcp_core.program.layers.XLA_FORM_PLATFORMS,
-BF16_PRODUCT_OUTPUT_PLATFORMS, GELU_RECOMPUTED_PLATFORMS, LAYER_NORM_STATISTICS_KEPT_PLATFORMS,
-LAYER_NORM_ONE_PASS_PLATFORMS, DENSE_GELU_PLATFORMS, LAYER_NORM_ONE_SUM_PLATFORMS,
-GELU_SIGMOID_PLATFORMS, losses.ONE_PASS_LOGSUMEXP_PLATFORMS,
-nanogpt.SORTED_EMBEDDING_PLATFORMS, RESIDUAL_GRADIENT_KEPT_PLATFORMS, BF16_ATTENTION_PLATFORMS,
-NORM_FOLDED_PLATFORMS, POSITION_ADDS_PLATFORMS,
-pcp_core.program.precision.SINGLE_PRODUCT_PLATFORMS); here they are switched on for the CPU,
+The export for XLA on CUDA takes forms XLA compiles well there
+(`pcp_core.program.platform_export.xla_on_cuda`); here they are switched on for the CPU,
 so a machine without a GPU checks them against `jax_step`, which keeps the portable form.
 """
 
@@ -17,8 +12,9 @@ import pytest
 from pcp_xla import BACKEND
 from pcp_xla.runtime import XLA, XlaExecutor
 
-from pcp_core.program import layers, losses, nanogpt, precision
-from pcp_core.program.build import build_train_program, export_platform, exporting_for
+from pcp_core.program import embedding, losses, nanogpt, platform_export
+from pcp_core.program.build import build_train_program
+from pcp_core.program.platform_export import export_platform, exporting_for, xla_on_cuda
 from pcp_core.testing.reference import BATCH, CALLS, STEPS_PER_CALL, initial_params, reference
 
 PLATFORM = BACKEND.resolve_arch()
@@ -44,21 +40,7 @@ def run_both(program: Any, corpus: Any, config: dict[str, int]) -> tuple[list, l
 
 @pytest.fixture
 def xla_forms_here(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(layers, "XLA_FORM_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(nanogpt, "SORTED_EMBEDDING_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(losses, "ONE_PASS_LOGSUMEXP_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(nanogpt, "BF16_ATTENTION_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(precision, "SINGLE_PRODUCT_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(layers, "BF16_PRODUCT_OUTPUT_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(layers, "GELU_RECOMPUTED_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(layers, "LAYER_NORM_STATISTICS_KEPT_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(nanogpt, "RESIDUAL_GRADIENT_KEPT_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(layers, "LAYER_NORM_ONE_PASS_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(layers, "DENSE_GELU_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(layers, "LAYER_NORM_ONE_SUM_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(layers, "GELU_SIGMOID_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(nanogpt, "NORM_FOLDED_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(nanogpt, "POSITION_ADDS_PLATFORMS", (PLATFORM,))
+    monkeypatch.setattr(platform_export, "XLA_FORMS_PLATFORM", PLATFORM)
 
 
 @pytest.mark.usefixtures("xla_forms_here")
@@ -69,75 +51,15 @@ def test_the_xla_forms_train_as_the_portable_program() -> None:
 
 
 @pytest.mark.usefixtures("xla_forms_here")
-def test_bf16_outputs_stay_near_the_policy(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Products that round their outputs to bf16 (as torch.autocast) train as the bf16
-    policy does, within the 2% that bf16 keeps to f32."""
-    import pcp_adamw
-
-    from pcp_core.testing.reference import reference_settings
-
-    monkeypatch.setattr(precision, "BF16_OUTPUT_PLATFORMS", (PLATFORM,))
-    corpus, config, _ = reference()
-    tx = pcp_adamw.build(reference_settings(pcp_adamw.ADAMW))
-    program = build_train_program(
-        nanogpt.MODEL, config, tx, STEPS_PER_CALL, BATCH, precision="bf16"
-    )
-    exported, portable = run_both(program, corpus, config)
-    np.testing.assert_allclose(exported, portable, rtol=0.02)
-
-
-@pytest.mark.usefixtures("xla_forms_here")
-@pytest.mark.parametrize("hidden", [False, True])
-def test_the_bf16_forms_stay_near_the_policy(monkeypatch: pytest.MonkeyPatch, hidden: bool) -> None:
-    """The bf16 program in the CUDA export's forms (on CUDA with cuDNN's attention and
-    q, k, v in bf16), and with the MLP's hidden activation in bf16 (`hidden`), trains as
-    the portable bf16 program does, within the 2% that bf16 keeps to f32."""
-    import pcp_adamw
-
-    from pcp_core.testing.reference import reference_settings
-
-    if PLATFORM == "cuda":
-        monkeypatch.setattr(nanogpt, "FUSED_ATTENTION_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(precision, "BF16_HIDDEN_PLATFORMS", (PLATFORM,) if hidden else ())
-    corpus, config, _ = reference()
-    tx = pcp_adamw.build(reference_settings(pcp_adamw.ADAMW))
-    program = build_train_program(
-        nanogpt.MODEL, config, tx, STEPS_PER_CALL, BATCH, precision="bf16"
-    )
-    exported, portable = run_both(program, corpus, config)
-    np.testing.assert_allclose(exported, portable, rtol=0.02)
-
-
-@pytest.mark.usefixtures("xla_forms_here")
-@pytest.mark.parametrize(
-    "rounded",
-    [
-        "BF16_NORM_OUTPUT_PLATFORMS",
-        "BF16_RESIDUAL_BRANCH_PLATFORMS",
-        "BF16_LOGITS_PLATFORMS",
-        "all",
-    ],
-)
-def test_autocast_roundings_stay_near_the_policy(
-    monkeypatch: pytest.MonkeyPatch, rounded: str
-) -> None:
-    """Layer norm's output, the residual branches' outputs and the logits rounded to bf16
-    (nanogpt's `BF16_*_PLATFORMS`, as torch.autocast rounds them) train as the portable
+def test_the_bf16_forms_stay_near_the_policy() -> None:
+    """The bf16 program in the CUDA export's forms (cuDNN's attention where there is a
+    cuDNN, the MLP's hidden activation, layer norm's output, the residual branches'
+    outputs and the logits in bf16, as torch.autocast rounds them) trains as the portable
     bf16 program does, within the 2% that bf16 keeps to f32."""
     import pcp_adamw
 
     from pcp_core.testing.reference import reference_settings
 
-    names = [
-        "BF16_NORM_OUTPUT_PLATFORMS",
-        "BF16_RESIDUAL_BRANCH_PLATFORMS",
-        "BF16_LOGITS_PLATFORMS",
-    ]
-    for name in names if rounded == "all" else [rounded]:
-        monkeypatch.setattr(nanogpt, name, (PLATFORM,))
-    if PLATFORM == "cuda":
-        monkeypatch.setattr(nanogpt, "FUSED_ATTENTION_PLATFORMS", (PLATFORM,))
-    monkeypatch.setattr(precision, "BF16_HIDDEN_PLATFORMS", (PLATFORM,))
     corpus, config, _ = reference()
     tx = pcp_adamw.build(reference_settings(pcp_adamw.ADAMW))
     program = build_train_program(
@@ -154,7 +76,7 @@ def test_the_sorted_embedding_gradient_is_the_one_hot_product() -> None:
     g = rng.standard_normal((rows.size, 6)).astype(np.float32)
     expected = np.zeros((vocab, 6), np.float64)
     np.add.at(expected, rows, g.astype(np.float64))
-    got = np.asarray(layers.sorted_embedding_gradient(rows, g, vocab))
+    got = np.asarray(embedding.sorted_embedding_gradient(rows, g, vocab))
     np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
 
 
@@ -169,9 +91,11 @@ def test_the_one_pass_logsumexp_is_logsumexp() -> None:
 
 
 def test_the_portable_program_is_traced_for_no_platform() -> None:
-    assert export_platform() is None
+    assert export_platform() is None and not xla_on_cuda()
     with exporting_for("cuda"):
-        assert export_platform() == "cuda"
+        assert export_platform() == "cuda" and xla_on_cuda()
+    with exporting_for("cpu"):
+        assert not xla_on_cuda()
     assert export_platform() is None
 
 

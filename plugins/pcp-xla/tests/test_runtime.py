@@ -98,15 +98,15 @@ def test_a_cuda_worker_must_run_the_shepherds_jax() -> None:
 def test_compiler_options_for_the_platform_reach_the_compile(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from pcp_xla import runtime
+    from pcp_xla import executor as xla_executor
 
     _, _, program = reference()
     artifact = XLA.build(program, BACKEND, PLATFORM)
-    monkeypatch.setattr(runtime, "COMPILER_OPTIONS", {PLATFORM: {"no_such_xla_option": True}})
+    monkeypatch.setattr(xla_executor, "COMPILER_OPTIONS", {PLATFORM: {"no_such_xla_option": True}})
     with pytest.raises(Exception, match="no_such_xla_option"):
         XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
     monkeypatch.setattr(
-        runtime, "COMPILER_OPTIONS", {PLATFORM: {"xla_allow_excess_precision": False}}
+        xla_executor, "COMPILER_OPTIONS", {PLATFORM: {"xla_allow_excess_precision": False}}
     )
     XlaExecutor(artifact.data, program.param_specs, program.opt_specs)
 
@@ -119,7 +119,7 @@ def test_a_second_executor_loads_the_compiled_step_from_the_cache(
     the cache's size limit, the entry goes once loaded."""
     import jax
     from jax.experimental.compilation_cache import compilation_cache
-    from pcp_xla import runtime
+    from pcp_xla import executor as xla_executor
 
     corpus, config, program = reference()
     artifact = XLA.build(program, BACKEND, PLATFORM)
@@ -146,7 +146,7 @@ def test_a_second_executor_loads_the_compiled_step_from_the_cache(
     jax.config.update("jax_compilation_cache_dir", None)  # as in a fresh worker process
     jax.config.update("jax_persistent_cache_min_compile_time_secs", 0)  # (a CPU compile is quick)
     compilation_cache.reset_cache()
-    runtime.keep_compiled_steps.cache_clear()
+    xla_executor.keep_compiled_steps.cache_clear()
     jax.monitoring.register_event_listener(on_event)
     try:
         compiled = losses_of_a_new_executor()
@@ -161,7 +161,7 @@ def test_a_second_executor_loads_the_compiled_step_from_the_cache(
         jax.config.update("jax_compilation_cache_dir", saved[0])
         jax.config.update("jax_persistent_cache_min_compile_time_secs", saved[1])
         compilation_cache.reset_cache()
-        runtime.keep_compiled_steps.cache_clear()
+        xla_executor.keep_compiled_steps.cache_clear()
 
 
 def test_a_linked_xla_folder_keeps_no_compiled_steps(
@@ -170,7 +170,7 @@ def test_a_linked_xla_folder_keeps_no_compiled_steps(
     """`xla/` in the compile cache as a link leads to a folder no one checked: jax is not
     pointed there, and the worker compiles each time, saying why."""
     import jax
-    from pcp_xla import runtime
+    from pcp_xla import executor as xla_executor
     from structlog.testing import capture_logs
 
     cache, elsewhere = tmp_path / "cache", tmp_path / "elsewhere"
@@ -180,15 +180,15 @@ def test_a_linked_xla_folder_keeps_no_compiled_steps(
     monkeypatch.setenv("PCP_CACHE_DIR", str(cache))
     saved = jax.config.jax_compilation_cache_dir
     jax.config.update("jax_compilation_cache_dir", None)
-    runtime.keep_compiled_steps.cache_clear()
+    xla_executor.keep_compiled_steps.cache_clear()
     try:
         with capture_logs() as events:
-            assert runtime.keep_compiled_steps() is None
+            assert xla_executor.keep_compiled_steps() is None
         assert jax.config.jax_compilation_cache_dir is None
         assert any(e["event"].startswith("compiled steps not kept") for e in events)
     finally:
         jax.config.update("jax_compilation_cache_dir", saved)
-        runtime.keep_compiled_steps.cache_clear()
+        xla_executor.keep_compiled_steps.cache_clear()
 
 
 def test_a_params_snapshot_outlives_the_next_call_and_feeds_another_executor() -> None:
