@@ -112,6 +112,7 @@ def worker(
         backend = auto_backend_here()
     # imported here, not at the top: keeps `pcp --help` fast
     from pcp_core.wire.auth import AuthError
+    from pcp_core.wire.handshake import JoinRefused
 
     try:  # before the supervisor starts: a restart cannot fix these
         worker_key(token_file, credential)
@@ -163,7 +164,7 @@ def worker(
                 on_joined=mark_joined,
             )
             worker_runtime.run_worker(options, plugins.host())
-        except (worker_runtime.JoinRefused, AuthError, StateDirBusy) as error:
+        except (JoinRefused, AuthError, StateDirBusy) as error:
             typer.secho(f"error: refused: {error}", fg=typer.colors.RED, err=True)
             raise typer.Exit(exit_codes.REFUSED) from None
         except (TransportError, ConnectionError, TimeoutError) as error:

@@ -19,7 +19,6 @@ import structlog
 from pcp_core.backends import device_indices
 from pcp_core.codecs import CodecLookup
 from pcp_core.program.build import SCHEDULE_TENSOR
-from pcp_core.wire.handshake import JoinRefused as JoinRefused  # the CLI catches it here
 from pcp_core.wire.liveness import LiveConnection
 from pcp_core.wire.messages import Assignment
 from pcp_core.worker.joining import WorkerOptions, join_shepherd, take_setup
