@@ -21,6 +21,7 @@ LAYERS = {
     "testing": 10,
     "rehearsal": 9,
     "run": 8,
+    "engine": 8,  # what algorithm plugins import: shepherd/, worker/ and the plugin host
     "plugins": 7,  # the plugin host, and the core's own plugin that it registers first
     "builtin": 7,
     "launch": 6,
@@ -178,3 +179,46 @@ def test_modules_are_short_enough_to_read() -> None:
     )
     now_short = STILL_TOO_LONG - too_long
     assert not now_short, f"short enough now, take them off STILL_TOO_LONG: {sorted(now_short)}"
+
+
+DILOCO = ROOT / "plugins" / "pcp-diloco" / "pcp_diloco"
+# The core modules an algorithm plugin imports: `hookimpl`, what registers it and
+# declares its settings (light: imported when `pcp --help` lists the plugins), and the
+# engine for all the rest, so the core may move its parts without breaking the plugin.
+ALGORITHM_IMPORTS = {"pcp_core", "pcp_core.algorithms", "pcp_core.settings", "pcp_core.engine"}
+
+
+def test_diloco_imports_the_core_through_the_engine() -> None:
+    used = {
+        target
+        for path in DILOCO.glob("*.py")
+        for target, _ in imports(f"pcp_diloco.{path.stem}", path)
+    }
+    assert used <= ALGORITHM_IMPORTS, f"import from pcp_core.engine: {used - ALGORITHM_IMPORTS}"
+    assert len(used) <= 4, sorted(used)
+
+
+def diloco_source(name: str) -> Path | None:
+    """The file of pcp_diloco's module `name`, or None (a name inside a module)."""
+    path = DILOCO.parent.joinpath(*name.split("."))
+    return next((p for p in (path / "__init__.py", path.with_suffix(".py")) if p.is_file()), None)
+
+
+def test_diloco_is_discovered_without_the_engine() -> None:
+    """What `pcp --help` imports of the plugin (its package, and what that imports at
+    its top level) imports the engine only inside functions: discovery stays fast."""
+    seen, todo = {"pcp_diloco"}, ["pcp_diloco"]
+    while todo:
+        path = diloco_source(todo.pop())
+        assert path is not None
+        for node in ast.parse(path.read_text()).body:  # the top level: what runs at import
+            if isinstance(node, ast.Import):
+                names = {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = {node.module, *(f"{node.module}.{a.name}" for a in node.names)}
+            else:
+                continue
+            assert "pcp_core.engine" not in names, f"{path.name} imports the engine at the top"
+            mine = {n for n in names - seen if n.startswith("pcp_diloco") and diloco_source(n)}
+            todo += sorted(mine)
+            seen |= mine

@@ -28,3 +28,11 @@ def test_every_conformance_suite_is_documented() -> None:
     guide = GUIDE.read_text()
     missing = [name for name in SUITES if f"`{name}`" not in guide]
     assert not missing, f"docs/plugins.md does not describe {missing}"
+
+
+def test_every_name_of_the_engine_is_documented() -> None:
+    from pcp_core import engine
+
+    guide = GUIDE.read_text()
+    missing = [name for name in engine.__all__ if f"`{name}" not in guide]
+    assert not missing, f"docs/plugins.md, 'The engine', does not name {missing}"

@@ -25,7 +25,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from pcp_core.wire.messages import Result
+from pcp_core.engine import Result
 from pcp_diloco.settings import budget_seconds
 
 # The weight of a round's measurement in a worker's seconds-per-step average.

@@ -10,10 +10,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.algorithms import RunContext
-from pcp_core.program import checkpoint
-from pcp_core.shepherd.session import Shepherd
-from pcp_core.wire.downlink import HELD_PREFIX
+from pcp_core.engine import HELD_PREFIX, CheckpointError, RunContext, Shepherd, load_latest
 from pcp_diloco.outer_steps import FragmentSteps
 
 log = structlog.get_logger(__name__)
@@ -63,9 +60,9 @@ def resume(
     optimizer; drop the metrics of rounds after it (they are run again). Returns where
     the run is, the copy of the parameters the workers held (`Downlink.load_state`) and
     the aggregator's and the strikes' state."""
-    tensors, metadata = checkpoint.load_latest(ctx.run_dir / "checkpoint.safetensors")
+    tensors, metadata = load_latest(ctx.run_dir / "checkpoint.safetensors")
     if "diloco" not in metadata:
-        raise checkpoint.CheckpointError(
+        raise CheckpointError(
             f"{ctx.run_dir}: the checkpoint is not from a diloco run, it cannot be resumed"
         )
     state = RunState(**json.loads(metadata["diloco"]))

@@ -10,14 +10,19 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.config import ConfigError
-from pcp_core.optimizers import OuterStep
-from pcp_core.program import checkpoint
-from pcp_core.shepherd.aggregation import step_norm
-from pcp_core.shepherd.rounds import RoundOutcome, Scope
-from pcp_core.shepherd.session import Shepherd
-from pcp_core.shepherd.step_guard import StepGuard, outliers
-from pcp_core.wire.messages import Assignment, Result
+from pcp_core.engine import (
+    Assignment,
+    CheckpointError,
+    ConfigError,
+    OuterStep,
+    Result,
+    RoundOutcome,
+    Scope,
+    Shepherd,
+    StepGuard,
+    outliers,
+    step_norm,
+)
 from pcp_diloco.fragments import split
 
 log = structlog.get_logger(__name__)
@@ -58,7 +63,7 @@ class FragmentSteps:
             names = step.state().keys()
             missing = [prefix + name for name in names if prefix + name not in state]
             if missing:
-                raise checkpoint.CheckpointError(
+                raise CheckpointError(
                     f"the checkpoint has no outer state {missing[0]!r}: was it saved with "
                     f"another diloco.fragments than {len(self.steps)}?"
                 )

@@ -7,8 +7,7 @@ import dataclasses
 import math
 from typing import Any
 
-from pcp_core.config import ConfigError, RunConfig
-from pcp_core.wire.messages import RunSettings
+from pcp_core.engine import ConfigError, RunConfig, RunSettings
 from pcp_diloco.settings import (
     DilocoSettings,
     DilocoWorkerSettings,

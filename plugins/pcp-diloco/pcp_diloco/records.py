@@ -8,13 +8,15 @@ from typing import Any
 
 import numpy as np
 
-from pcp_core.config import RunConfig
-from pcp_core.program.training import TrainingSetup
-from pcp_core.shepherd.rounds import RoundOutcome
-from pcp_core.shepherd.session import Shepherd
-from pcp_core.shepherd.spot_checks import SpotChecks
-from pcp_core.shepherd.utilisation import Utilisation
-from pcp_core.watch.run_status import RunStatus
+from pcp_core.engine import (
+    RoundOutcome,
+    RunConfig,
+    RunStatus,
+    Shepherd,
+    SpotChecks,
+    TrainingSetup,
+    Utilisation,
+)
 from pcp_diloco.checkpoints import RunState
 
 

@@ -5,8 +5,7 @@ what its worker side is told with the program."""
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from pcp_core.config import ConfigError
-from pcp_core.settings import MAX_STEPS, setting
+from pcp_core.settings import MAX_STEPS, ConfigError, setting
 
 # Named exponents of --inner-lr-scaling (see DilocoSettings.inner_lr_scaling).
 INNER_LR_SCALINGS = {"sqrt": 0.5, "none": 0.0}
@@ -287,11 +286,10 @@ def budget_seconds(value: str) -> float | None:
 
 def unknown_codec(name: str) -> str | None:
     """Why `name` is no codec here (with the package that has it), or None."""
-    from pcp_core import plugins
-    from pcp_core.registry import UnknownNameError
+    from pcp_core.engine import UnknownNameError, host  # here: keeps plugin discovery fast
 
     try:
-        plugins.host().codec(name)
+        host().codec(name)
     except UnknownNameError as error:
         return f"names no codec here ({error})"
     return None

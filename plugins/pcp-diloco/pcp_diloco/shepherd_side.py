@@ -19,17 +19,21 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.algorithms import RunContext
-from pcp_core.config import ConfigError, RunConfig
-from pcp_core.optimizers import OuterSettings
-from pcp_core.program.background import OneInFlight
-from pcp_core.program.training import TrainingSetup, prepare
-from pcp_core.shepherd import distributed
-from pcp_core.shepherd.rounds import Scope
-from pcp_core.shepherd.session import Shepherd
-from pcp_core.shepherd.step_guard import StepGuard
-from pcp_core.shepherd.utilisation import Utilisation
-from pcp_core.wire.messages import Assignment
+from pcp_core.engine import (
+    Assignment,
+    ConfigError,
+    OneInFlight,
+    OuterSettings,
+    RunConfig,
+    RunContext,
+    Scope,
+    Shepherd,
+    StepGuard,
+    TrainingSetup,
+    Utilisation,
+    prepare,
+)
+from pcp_core.engine import shepherd as open_shepherd
 from pcp_diloco import records
 from pcp_diloco.budgets import RoundBudget, weigh_by
 from pcp_diloco.checkpoints import Judged, RunState, resume, saved_state
@@ -59,7 +63,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     parameters = setup.program.parameter_count
     ctx.status.describe(rounds=planned, model=config.model, parameters=parameters)
     record: dict[str, Any] = {}
-    with distributed.shepherd(ctx, setup, settings) as shepherd:
+    with open_shepherd(ctx, setup, settings) as shepherd:
         utilisation = joined(ctx, config, shepherd, held, judged)
         while rounds.state.goes_on(diloco.round_steps, config.steps):
             record = one_round(ctx, rounds, shepherd, utilisation)

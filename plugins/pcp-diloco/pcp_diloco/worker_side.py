@@ -31,10 +31,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from pcp_core.backends import dispatch, set_opt_tensors, zero_opt_tensors
-from pcp_core.wire.messages import Assignment, Tensor
-from pcp_core.wire.transport import TransportError
-from pcp_core.worker.session import RoundWork, WorkerSession
+from pcp_core.engine import (
+    Assignment,
+    RoundWork,
+    Tensor,
+    TransportError,
+    WorkerSession,
+    dispatch,
+    set_opt_tensors,
+    zero_opt_tensors,
+)
 from pcp_diloco.fragments import of_round, split
 from pcp_diloco.settings import DilocoWorkerSettings
 
