@@ -5,7 +5,6 @@ order, so the compiled program can keep them on the device between calls and bot
 ends of a wire agree on what each tensor is.
 """
 
-import contextlib
 import functools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -14,10 +13,10 @@ from typing import Any, cast
 import numpy as np
 
 from pcp_core.models import Model
-from pcp_core.optimizers import GradientTransformation, schedule_from
+from pcp_core.optimizers import GradientTransformation
 from pcp_core.program import export_cache
-from pcp_core.program.mesh import data_parallel
 from pcp_core.program.platform_export import export_step
+from pcp_core.program.train_step import accumulated, k_steps, opt_state_init
 
 ENTRY_FUNCTION = "main"
 # The optimizer-state tensor of a program that carries its learning-rate schedule
@@ -142,56 +141,19 @@ def build_train_program(
     ones). An optimizer with a schedule of its own keeps it as constants.
     """
     import jax
-    import jax.numpy as jnp
 
     model.check_precision(precision)
     example = model.init(model_config, seed)
     names = list(example)
     loss_of = _loss_of(model, model_config, precision)
-    opt_shapes = jax.eval_shape(optimizer.init, example)
-    opt_paths, opt_treedef = jax.tree_util.tree_flatten_with_path(opt_shapes)
-    opt_specs = [
-        TensorSpec("opt" + jax.tree_util.keystr(path), tuple(leaf.shape), np.dtype(leaf.dtype).name)
-        for path, leaf in opt_paths
-    ]
+    opt_specs, opt_treedef = _opt_layout(jax.eval_shape(optimizer.init, example))
     if batch_size % micro_batches:
         raise ValueError(f"a batch of {batch_size} does not split into {micro_batches} parts")
     if identity is not None and micro_batches > 1:
         identity = {**identity, "micro_batches": micro_batches}
-    gradient = _accumulated(loss_of, micro_batches)
+    gradient = accumulated(loss_of, micro_batches)
     carried = () if schedule is None else (TensorSpec(SCHEDULE_TENSOR, schedule.shape, "float32"),)
-
-    def train_step(params_tuple, opt_tuple, inputs, targets, unroll=False):
-        params = dict(zip(names, params_tuple, strict=True))
-        opt_tuple, values = opt_tuple[: len(opt_specs)], opt_tuple[len(opt_specs) :]
-        opt_state = jax.tree_util.tree_unflatten(opt_treedef, opt_tuple)
-
-        def one_step(carry, batch):
-            params, opt_state = carry
-            loss, grads = gradient(data_parallel(params), batch)
-            with schedule_from(values[0]) if values else contextlib.nullcontext():
-                updates, opt_state = optimizer.update(grads, opt_state, params)
-            params = data_parallel(jax.tree_util.tree_map(jnp.add, params, updates))
-            return (params, opt_state), loss
-
-        (params, opt_state), losses = jax.lax.scan(
-            one_step, (params, opt_state), (inputs, targets), unroll=unroll
-        )
-        return (
-            tuple(params[n] for n in names),
-            tuple(jax.tree_util.tree_leaves(opt_state)) + tuple(values),
-            losses,
-        )
-
-    @jax.jit
-    def init_opt(params_tuple):
-        state = optimizer.init(dict(zip(names, params_tuple, strict=True)))
-        return tuple(jax.tree_util.tree_leaves(state))
-
-    def init_opt_state(params: list[np.ndarray]) -> list[np.ndarray]:
-        state = [np.asarray(a) for a in init_opt(tuple(params))]
-        return state if schedule is None else [*state, np.asarray(schedule, np.float32)]
-
+    train_step = k_steps(names, len(opt_specs), opt_treedef, optimizer, gradient)
     return _exported(
         train_step,
         specs_of(example),
@@ -199,7 +161,7 @@ def build_train_program(
         (steps_per_call, batch_size, model_config["block_size"]),
         precision,
         identity,
-        init_opt_state=init_opt_state,
+        init_opt_state=opt_state_init(names, optimizer, schedule),
         # The K steps unrolled, for the IREE backends that ask for it
         # (`Backend.unroll_steps`). As a loop, on a GPU each pass copies every parameter
         # and moment into the loop's buffers and records the step's command buffer anew;
@@ -208,6 +170,18 @@ def build_train_program(
         # slower, so the CPU and XLA keep the loop. Both compute the same steps, op for op.
         unrolled_step=functools.partial(train_step, unroll=True),
     )
+
+
+def _opt_layout(opt_shapes: Any) -> tuple[list[TensorSpec], Any]:
+    """The optimizer state's tensors, named by their path, and its tree to rebuild it."""
+    import jax
+
+    opt_paths, opt_treedef = jax.tree_util.tree_flatten_with_path(opt_shapes)
+    opt_specs = [
+        TensorSpec("opt" + jax.tree_util.keystr(path), tuple(leaf.shape), np.dtype(leaf.dtype).name)
+        for path, leaf in opt_paths
+    ]
+    return opt_specs, opt_treedef
 
 
 def build_eval_program(
@@ -246,31 +220,6 @@ def build_eval_program(
         identity,
         init_opt_state=lambda params: [],
     )
-
-
-def _accumulated(loss_of: Callable, micro_batches: int) -> Callable:
-    """(params, (inputs, targets)) -> the loss and its gradient over the batch, in
-    `micro_batches` pieces one after another (their mean: the pieces are equal)."""
-    import jax
-    import jax.numpy as jnp
-
-    def whole(params: Any, batch: Any) -> Any:
-        return jax.value_and_grad(loss_of)(params, *data_parallel(batch, batch=True))
-
-    if micro_batches == 1:
-        return whole
-
-    def accumulated(params: Any, batch: Any) -> Any:
-        pieces = tuple(b.reshape(micro_batches, -1, *b.shape[1:]) for b in batch)
-
-        def add(total: Any, piece: Any) -> Any:
-            return jax.tree_util.tree_map(jnp.add, total, whole(params, piece)), None
-
-        zero = (jnp.zeros((), jnp.float32), jax.tree_util.tree_map(jnp.zeros_like, params))
-        total, _ = jax.lax.scan(add, zero, pieces)
-        return jax.tree_util.tree_map(lambda value: value / micro_batches, total)
-
-    return accumulated
 
 
 def _loss_of(model: Model, model_config: Mapping[str, int], precision: str) -> Callable:

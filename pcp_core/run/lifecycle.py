@@ -17,10 +17,10 @@ import structlog
 
 from pcp_core import config as run_config
 from pcp_core import config_file, plugins
-from pcp_core.algorithms import RunContext
+from pcp_core.algorithms import Algorithm, RunContext
 from pcp_core.config_file import declared_settings
 from pcp_core.program.checkpoint import CheckpointWriteError
-from pcp_core.shepherd.distributed import local_devices, open_endpoint
+from pcp_core.shepherd.distributed import Endpoint, local_devices, open_endpoint
 from pcp_core.watch.dashboard import Dashboard
 from pcp_core.watch.metrics import open_metrics
 from pcp_core.watch.plots import write_loss_png
@@ -57,12 +57,7 @@ def train(
     """
     host = plugins.host()
     config = config_file.with_plugin_settings(config.validate(), declared_settings(host))
-    algorithm = host.algorithm(config.algorithm)
-    host.model(config.model)  # unknown names fail here, before --overwrite deletes anything
-    host.dataset(config.dataset)
-    host.optimizer(config.optimizer)
-    if resume and not algorithm.resumable:
-        raise run_config.ConfigError(f"algorithm {config.algorithm!r} cannot resume a run")
+    algorithm = _algorithm(host, config, resume)
     run_dir = Path(config.out) if config.out else new_run_dir()
     if not (resume or overwrite) and (found := earlier_run(run_dir)):
         raise run_config.ConfigError(
@@ -70,27 +65,13 @@ def train(
             "to continue it or --overwrite to replace it, or choose another --out"
         )
     distributed = algorithm.worker_round is not None
-    trainers = config.local_worker_backends() if distributed else [config.backend]
-    for name in sorted({config.backend, *trainers}):
-        host.backend(name).check_precision(config.precision)  # fail before any work
-    for name in sorted(set(trainers)):
-        host.backend(name).warn_if_slow(config.precision)
-    if local_workers:  # no worker starts, to crash and be restarted, without a device
-        for name in sorted(set(trainers)):
-            backend = host.backend(name)
-            backend.runtime.require_device(backend, config.device)
-        if distributed:
-            local_devices(config, host)  # enough devices for --devices-per-worker
+    _check_backends(host, config, distributed, local_workers)
     if dashboard is None:
         dashboard = sys.stderr.isatty()
     status = RunStatus(log_progress=not dashboard)
     status.describe(algorithm=config.algorithm, backend=config.backend, run_dir=str(run_dir))
     with contextlib.ExitStack() as stack:
-        if distributed:  # the secret, TLS files and port, bound now
-            endpoint = open_endpoint(config, host, local_workers)
-            stack.callback(endpoint.close)
-        else:
-            endpoint = None
+        endpoint = _open_endpoint(stack, config, host, local_workers) if distributed else None
         stack.enter_context(serving(status, config.status_host, config.status_port))
         if overwrite:
             remove_earlier_run(run_dir)
@@ -112,15 +93,69 @@ def train(
             resume=resume,
             endpoint=endpoint,
         )
-        try:
-            summary = algorithm.run(ctx)
-        except KeyboardInterrupt:
-            status.set_state("interrupted", quiet=True)  # the CLI says it
-            raise
-        except BaseException:
-            status.set_state("failed", quiet=True)  # the CLI prints the error
-            raise
-        status.set_state("done")
+        summary = _run(algorithm, ctx, status)
+    return _finish(run_dir, summary)
+
+
+def _algorithm(host: plugins.PluginHost, config: run_config.RunConfig, resume: bool) -> Algorithm:
+    """The run's algorithm, its other plugins looked up first: unknown names fail early."""
+    algorithm = host.algorithm(config.algorithm)
+    host.model(config.model)  # unknown names fail here, before --overwrite deletes anything
+    host.dataset(config.dataset)
+    host.optimizer(config.optimizer)
+    if resume and not algorithm.resumable:
+        raise run_config.ConfigError(f"algorithm {config.algorithm!r} cannot resume a run")
+    return algorithm
+
+
+def _check_backends(
+    host: plugins.PluginHost,
+    config: run_config.RunConfig,
+    distributed: bool,
+    local_workers: bool,
+) -> None:
+    """Refuse a precision or device the training backends lack, before any work; warn if slow."""
+    trainers = config.local_worker_backends() if distributed else [config.backend]
+    for name in sorted({config.backend, *trainers}):
+        host.backend(name).check_precision(config.precision)  # fail before any work
+    for name in sorted(set(trainers)):
+        host.backend(name).warn_if_slow(config.precision)
+    if local_workers:  # no worker starts, to crash and be restarted, without a device
+        for name in sorted(set(trainers)):
+            backend = host.backend(name)
+            backend.runtime.require_device(backend, config.device)
+        if distributed:
+            local_devices(config, host)  # enough devices for --devices-per-worker
+
+
+def _open_endpoint(
+    stack: contextlib.ExitStack,
+    config: run_config.RunConfig,
+    host: plugins.PluginHost,
+    local_workers: bool,
+) -> Endpoint:
+    """The secret, TLS files and port of a distributed run, bound now, closed with `stack`."""
+    endpoint = open_endpoint(config, host, local_workers)
+    stack.callback(endpoint.close)
+    return endpoint
+
+
+def _run(algorithm: Algorithm, ctx: RunContext, status: RunStatus) -> dict[str, Any]:
+    """The algorithm's summary, the run's state set to how it ended."""
+    try:
+        summary = algorithm.run(ctx)
+    except KeyboardInterrupt:
+        status.set_state("interrupted", quiet=True)  # the CLI says it
+        raise
+    except BaseException:
+        status.set_state("failed", quiet=True)  # the CLI prints the error
+        raise
+    status.set_state("done")
+    return summary
+
+
+def _finish(run_dir: Path, summary: dict[str, Any]) -> dict[str, Any]:
+    """Write the summary and the loss plot; raise if the last checkpoint was not written."""
     try:
         write_json(run_dir / "summary.json", summary)
         write_loss_png(run_dir)

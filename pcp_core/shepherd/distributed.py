@@ -232,31 +232,8 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: RunSettings) -> It
         generated_secret(ctx.run_dir, announce=not ctx.local_workers)
     )
     listener = endpoint.listener
-    admission = Admission(
-        setup=setup,
-        listener=listener,
-        keys=keys,
-        plugins=ctx.plugins,
-        settings=settings,
-        heartbeat_s=heartbeat_interval(config.shepherd.worker_timeout),
-        serves=config.shepherd.served(),
-        status=ctx.status,
-    )
-    limits = Limits(
-        min_workers=config.shepherd.min_workers,
-        worker_timeout_s=config.shepherd.worker_timeout,
-        round_timeout_s=config.shepherd.round_timeout,
-        join_timeout_s=config.shepherd.join_timeout,
-    )
-    accountability = Accountability(Policy(quarantine_after=config.shepherd.quarantine_after))
-    scorer = setup.scoring_losses if config.shepherd.result_check == "loss" else None
-    aggregator = ctx.plugins.aggregator(config.shepherd.aggregator)
-    spot_checks = None
-    if config.shepherd.spot_check:
-        worker_round = ctx.plugins.algorithm(settings.algorithm).worker_round
-        spot_checks = SpotChecks(config.shepherd.spot_check, settings, admission, worker_round)
-    merger = Merger(aggregator, accountability, scorer)
-    node = Shepherd(admission, limits, merger, spot_checks=spot_checks)
+    admission = _admission(ctx, setup, settings, listener, keys)
+    node = _node(ctx, setup, settings, admission)
     node.start()
     log.info(
         "shepherd listening",
@@ -266,15 +243,7 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: RunSettings) -> It
     )
     workers: contextlib.AbstractContextManager = contextlib.nullcontext()
     if ctx.local_workers:
-        # shepherd_keys refuses --issuer-key with local workers: they share a secret
-        assert isinstance(keys, auth.SharedSecret)
-        env = {**retaining_env(), auth.TOKEN_ENV: keys.secret.decode()}
-        backends, devices = config.local_worker_backends(), local_devices(config, ctx.plugins)
-        commands = [
-            worker_command(config, listener.address, backend, ctx.run_dir / f"worker-{i}", device)
-            for i, (backend, device) in enumerate(zip(backends, devices, strict=True))
-        ]
-        workers = LocalWorkers(commands, env, Path(ctx.run_dir))
+        workers = _local_workers(ctx, keys, listener.address)
     try:
         with workers as local:
             if local is not None:
@@ -293,3 +262,60 @@ def shepherd(ctx: RunContext, setup: TrainingSetup, settings: RunSettings) -> It
                 node.close(reason)
     finally:
         listener.close()
+
+
+def _admission(
+    ctx: RunContext,
+    setup: TrainingSetup,
+    settings: RunSettings,
+    listener: Listener,
+    keys: auth.Keys,
+) -> Admission:
+    """What admits workers on `listener`: checks their secret, serves them the run's program."""
+    config = ctx.config
+    return Admission(
+        setup=setup,
+        listener=listener,
+        keys=keys,
+        plugins=ctx.plugins,
+        settings=settings,
+        heartbeat_s=heartbeat_interval(config.shepherd.worker_timeout),
+        serves=config.shepherd.served(),
+        status=ctx.status,
+    )
+
+
+def _node(
+    ctx: RunContext, setup: TrainingSetup, settings: RunSettings, admission: Admission
+) -> Shepherd:
+    """The shepherd, with the limits, merging and spot checks its settings ask for."""
+    config = ctx.config
+    limits = Limits(
+        min_workers=config.shepherd.min_workers,
+        worker_timeout_s=config.shepherd.worker_timeout,
+        round_timeout_s=config.shepherd.round_timeout,
+        join_timeout_s=config.shepherd.join_timeout,
+    )
+    accountability = Accountability(Policy(quarantine_after=config.shepherd.quarantine_after))
+    scorer = setup.scoring_losses if config.shepherd.result_check == "loss" else None
+    aggregator = ctx.plugins.aggregator(config.shepherd.aggregator)
+    spot_checks = None
+    if config.shepherd.spot_check:
+        worker_round = ctx.plugins.algorithm(settings.algorithm).worker_round
+        spot_checks = SpotChecks(config.shepherd.spot_check, settings, admission, worker_round)
+    merger = Merger(aggregator, accountability, scorer)
+    return Shepherd(admission, limits, merger, spot_checks=spot_checks)
+
+
+def _local_workers(ctx: RunContext, keys: auth.Keys, address: tuple[str, int]) -> LocalWorkers:
+    """The one-command form's workers, started with the run's secret to join at `address`."""
+    config = ctx.config
+    # shepherd_keys refuses --issuer-key with local workers: they share a secret
+    assert isinstance(keys, auth.SharedSecret)
+    env = {**retaining_env(), auth.TOKEN_ENV: keys.secret.decode()}
+    backends, devices = config.local_worker_backends(), local_devices(config, ctx.plugins)
+    commands = [
+        worker_command(config, address, backend, ctx.run_dir / f"worker-{i}", device)
+        for i, (backend, device) in enumerate(zip(backends, devices, strict=True))
+    ]
+    return LocalWorkers(commands, env, Path(ctx.run_dir))
