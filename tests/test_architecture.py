@@ -1,6 +1,7 @@
 """The claims of docs/architecture.md, checked on the source: no import cycles counting
 every import, arrows that point down the layers only, the plugin host passed below the
-run layer and never fetched, and modules short enough to read."""
+run layer and never fetched, modules and functions short enough to read, and algorithm
+plugins that reach the core through the engine."""
 
 import ast
 from collections.abc import Iterator
@@ -181,18 +182,44 @@ def test_modules_are_short_enough_to_read() -> None:
     assert not now_short, f"short enough now, take them off STILL_TOO_LONG: {sorted(now_short)}"
 
 
+MAX_FUNCTION_LINES = 80
+
+
+def body_lines(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    """A function's lines from its first statement after the docstring to its end: a CLI
+    command's option list, its signature, does not count."""
+    body = function.body
+    if len(body) > 1 and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+        body = body[1:]
+    return (function.end_lineno or function.lineno) - body[0].lineno + 1
+
+
+def test_functions_are_short_enough_to_read() -> None:
+    too_long = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({body_lines(node)} lines)"
+        for path in production_sources()
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+        and body_lines(node) > MAX_FUNCTION_LINES
+    ]
+    assert not too_long, f"over {MAX_FUNCTION_LINES} lines: {too_long}"
+
+
 DILOCO = ROOT / "plugins" / "pcp-diloco" / "pcp_diloco"
+# Algorithm packages: DiLoCo, and an example written as a third party would write one.
+ALGORITHMS = [DILOCO, ROOT / "examples" / "pcp-fedavg" / "pcp_fedavg"]
 # The core modules an algorithm plugin imports: `hookimpl`, what registers it and
 # declares its settings (light: imported when `pcp --help` lists the plugins), and the
 # engine for all the rest, so the core may move its parts without breaking the plugin.
 ALGORITHM_IMPORTS = {"pcp_core", "pcp_core.algorithms", "pcp_core.settings", "pcp_core.engine"}
 
 
-def test_diloco_imports_the_core_through_the_engine() -> None:
+@pytest.mark.parametrize("package", ALGORITHMS, ids=lambda package: package.name)
+def test_algorithms_import_the_core_through_the_engine(package: Path) -> None:
     used = {
         target
-        for path in DILOCO.glob("*.py")
-        for target, _ in imports(f"pcp_diloco.{path.stem}", path)
+        for path in package.glob("*.py")
+        for target, _ in imports(f"{package.name}.{path.stem}", path)
     }
     assert used <= ALGORITHM_IMPORTS, f"import from pcp_core.engine: {used - ALGORITHM_IMPORTS}"
     assert len(used) <= 4, sorted(used)

@@ -1,0 +1,85 @@
+"""Federated averaging's two sides: the shepherd's rounds and a worker's round."""
+
+import time
+import uuid
+from typing import Any
+
+import numpy as np
+
+from pcp_core.engine import (
+    Assignment,
+    ConfigError,
+    RoundWork,
+    RunContext,
+    RunSettings,
+    Tensor,
+    TransportError,
+    Utilisation,
+    WorkerSession,
+    dispatch,
+    prepare,
+    shepherd,
+)
+from pcp_fedavg import FedAvgSettings
+
+
+def run(ctx: RunContext) -> dict[str, Any]:
+    """Round after round: each worker trains from the global parameters, and the global
+    parameters move by the mean of the accepted changes. The run's summary."""
+    config = ctx.config
+    settings: FedAvgSettings = config.settings("fedavg")
+    steps = settings.average_every
+    if steps % config.steps_per_call:
+        raise ConfigError(f"fedavg.average_every ({steps}) must be a multiple of "
+                          f"--steps-per-call ({config.steps_per_call})")  # fmt: skip
+    workers = config.shepherd.workers
+    trainers = config.local_worker_backends() if ctx.local_workers else []
+    setup = prepare(config, ctx.plugins, trainers=trainers, shepherd=True)
+    params = setup.initial_params()
+    change = [np.zeros_like(p) for p in params]  # each round's mean change, sent back
+    told = RunSettings(algorithm="fedavg", run_id=uuid.uuid4().hex, inner_states_kept=2)
+    rounds = max(1, config.steps // steps)
+    ctx.status.describe(rounds=rounds, model=config.model, parameters=setup.program.parameter_count)
+    loss, val_loss, tokens = float("nan"), float("nan"), 0
+    with shepherd(ctx, setup, told) as herd:
+        herd.wait_for_workers(workers, config.shepherd.join_timeout)
+        utilisation = Utilisation(workers)
+        ctx.progress.start(rounds * steps, f"fedavg on {workers} workers")
+        for index in range(rounds):
+
+            def assignment(worker: int, index: int = index) -> Assignment:
+                return Assignment(index, steps, (worker + index) % workers, workers, config.seed)
+
+            outcome = herd.run_round(index, params, change, assignment)
+            for param, moved in zip(params, change, strict=True):
+                param -= moved  # the global model becomes the workers' mean
+            results = list(outcome.results.values())
+            loss = float(np.mean([np.mean(r.losses[-config.steps_per_call :]) for r in results]))
+            tokens += sum(len(r.losses) for r in results) * setup.tokens_per_step()
+            record: dict[str, Any] = {"round": index, "step": (index + 1) * steps, "loss": loss}
+            if index == rounds - 1 or setup.evaluates_after((index + 1) * steps, steps):
+                val_loss = record["val_loss"] = setup.validation_loss(params)
+            ctx.metrics.write(record | utilisation.round(outcome.results))
+            ctx.progress.update((index + 1) * steps, loss=loss)
+    setup.save_checkpoint(ctx.run_dir, params, rounds * steps)  # what `pcp sample` reads
+    wall_time_s = ctx.metrics.elapsed()
+    return setup.summary(loss, val_loss, tokens, tokens / wall_time_s, wall_time_s)
+
+
+def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
+    """Train the round's steps from the global parameters it brings; what changed."""
+    executor = session.executor
+    given = {tensor.name: tensor.array for tensor in assignment.tensors}
+    if set(given) != {spec.name for spec in executor.param_specs}:
+        raise TransportError(f"round {assignment.round} came without the whole model")
+    start = [given[spec.name] for spec in executor.param_specs]
+    executor.set_params(list(start))
+    started, losses = time.perf_counter(), []
+    for call in range(assignment.inner_steps // session.settings.steps_per_call):
+        finished = dispatch(executor, *session.batches(assignment, call))
+        losses += [float(loss) for loss in finished()]
+    moved = [
+        Tensor(spec.name, before - after)
+        for spec, before, after in zip(executor.param_specs, start, executor.params(), strict=True)
+    ]
+    return RoundWork(losses, time.perf_counter() - started, moved)
