@@ -65,3 +65,7 @@ class Algorithm:
     # Its own settings: a dataclass of `pcp_core.settings.setting` fields, turned into
     # flags and a TOML section named after it; read with `ctx.config.settings(name)`.
     settings: type | None = None
+    # What its worker side is told: a frozen dataclass of JSON-able fields, which `run`
+    # puts in its slot of `RunSettings.plugins`; the Setup carries it as JSON and the
+    # worker decodes it once, at its join (`WorkerSession.algorithm_settings`).
+    worker_settings: type | None = None

@@ -2,12 +2,20 @@
 distributed algorithm chooses (`RunSettings`), and the program's shape and where its data
 is (`WorkerSettings`), with their JSON form. `pcp_core.wire.messages` exports them with
 the messages, where plugins name them (docs/plugins.md).
+
+A plugin's slot of them holds its own typed settings object (`Algorithm.worker_settings`):
+the shepherd's `to_json` writes it as a JSON object, and the worker decodes it back into
+that type once, at its join (`WorkerSettings.with_typed`).
 """
 
 import dataclasses
 import json
+import types
+import typing
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 Spec = tuple[str, tuple[int, ...], str]  # a tensor's name, shape and dtype
 
@@ -17,13 +25,13 @@ class RunSettings:
     """What a distributed algorithm tells every worker about its run: its name (whose
     worker side runs the rounds), the run's id (a saved inner state must match it), how
     many round states to keep, one slot per plugin for what that plugin's worker side
-    reads (a dict of its own typed settings, by plugin name), and whether rounds overlap
-    the network."""
+    reads (its typed settings object, by plugin name: an algorithm's is the type it
+    declares as `worker_settings`), and whether rounds overlap the network."""
 
     algorithm: str
     run_id: str
     inner_states_kept: int
-    plugins: dict[str, dict[str, Any]] = field(default_factory=dict)
+    plugins: dict[str, Any] = field(default_factory=dict)
     # a worker starts each next round while its result travels (pcp_core.worker.overlap)
     overlap: bool = False
     # how a pseudo-gradient crosses the link (pcp_core.codecs): "f32", float32 as it is,
@@ -68,17 +76,48 @@ class WorkerSettings(RunSettings):
     def from_json(cls, text: str) -> "WorkerSettings":
         """The settings a Setup carries; ValueError, one line, for any other JSON."""
         try:
-            raw = json.loads(text)
-            known = {f.name for f in dataclasses.fields(cls)}
-            if not isinstance(raw, dict) or set(raw) - known:
-                raise ValueError(f"unknown keys {sorted(set(raw) - known)}")
-            specs = {
-                key: tuple((n, tuple(shape), d) for n, shape, d in raw.get(key, ()))
-                for key in ("param_specs", "opt_specs")
-            }
-            vocabulary = raw.get("vocabulary")
-            if vocabulary is not None:
-                specs["vocabulary"] = tuple(vocabulary)
-            return cls(**(raw | specs))
+            return from_json_object(cls, json.loads(text))
         except (TypeError, ValueError) as error:
             raise ValueError(f"malformed settings in the Setup: {error}") from None
+
+    def with_typed(self, name: str, declared: type | None) -> "WorkerSettings":
+        """These settings with plugin `name`'s slot decoded into the type it declares
+        (an absent slot: that type's defaults); as they are where it declares none.
+        ValueError, one line, for a slot that is not that type's JSON object."""
+        if declared is None:
+            return self
+        try:
+            typed: Any = from_json_object(declared, self.plugins.get(name, {}))
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"malformed {name} settings in the Setup: {error}") from None
+        return dataclasses.replace(self, plugins={**self.plugins, name: typed})
+
+
+def from_json_object(kind: type[T], raw: Any) -> T:
+    """Dataclass `kind` from the JSON object `dataclasses.asdict` made of it: the lists
+    its fields declare tuples (nested ones too) tuples again. TypeError or ValueError for
+    anything else: unknown or missing keys, or a declared tuple that is no such list."""
+    if not isinstance(raw, dict):
+        raise ValueError(f"expected an object, got {type(raw).__name__}")
+    hints = typing.get_type_hints(kind)
+    unknown = set(raw) - {f.name for f in dataclasses.fields(kind)}  # type: ignore[arg-type]
+    if unknown:
+        raise ValueError(f"unknown keys {sorted(unknown)}")
+    return kind(**{key: _tuples(hints[key], value) for key, value in raw.items()})
+
+
+def _tuples(hint: Any, value: Any) -> Any:
+    """`value` as JSON decoded it, with the lists that `hint` declares tuples made tuples."""
+    union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+    arms = typing.get_args(hint) if union else (hint,)
+    tuples = [arm for arm in arms if arm is tuple or typing.get_origin(arm) is tuple]
+    if not tuples or (value is None and type(None) in arms):
+        return value
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list, got {type(value).__name__}")
+    items = typing.get_args(tuples[0])
+    if not items or items[-1] is Ellipsis:  # tuple[X, ...]: any length
+        items = (items[0] if items else Any,) * len(value)
+    if len(items) != len(value):
+        raise ValueError(f"expected {len(items)} items, got {len(value)}")
+    return tuple(_tuples(item, v) for item, v in zip(items, value, strict=True))

@@ -1,8 +1,9 @@
 """A worker's join: connect to the shepherd, prove it knows the secret (the worker's half
 of `pcp_core.wire.handshake`), then take its Setup: check the shipped program's kind and
-hash, get its data (the tokens in the Setup, or its shards from `--data`, the shard cache
-or the shepherd), load the program on the device, set the inner state, and say Ready, or
-send a Failure that says why it cannot. The shepherd's side is
+hash, decode its settings (the algorithm's slot into the type it declares, once), get its
+data (the tokens in the Setup, or its shards from `--data`, the shard cache or the
+shepherd), load the program on the device, set the inner state, and say Ready, or send a
+Failure that says why it cannot. The shepherd's side is
 `pcp_core.shepherd.admission` and `pcp_core.shepherd.provisioning`.
 """
 
@@ -14,11 +15,12 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Protocol, cast
 
 import numpy as np
 import structlog
 
+from pcp_core.algorithms import Algorithm
 from pcp_core.backends import (
     Backend,
     DeviceChoice,
@@ -38,6 +40,13 @@ from pcp_core.wire.shard_transfer import ShardSource, default_shard_cache, shard
 from pcp_core.wire.transport import TransportOptions
 
 log = structlog.get_logger(__name__)
+
+
+class SetupLookup(CodecLookup, Protocol):
+    """What loading a Setup looks up by name: the run's codecs and its algorithm (the run's
+    plugin host)."""
+
+    def algorithm(self, name: str) -> Algorithm: ...
 
 
 @dataclass
@@ -84,7 +93,7 @@ def join_shepherd(
 
 
 def take_setup(
-    conn: LiveConnection, options: WorkerOptions, backend: Backend, codecs: CodecLookup
+    conn: LiveConnection, options: WorkerOptions, backend: Backend, plugins: SetupLookup
 ) -> tuple[Setup, Executor, Any, WorkerSettings]:
     """Receive the Setup, load it (`load_setup`) and say Ready: the Setup, the loaded
     program, the training data and the settings. JoinRefused or DataError, the shepherd
@@ -95,7 +104,7 @@ def take_setup(
     if not isinstance(setup, Setup):
         raise JoinRefused(f"expected the program, got {type(setup).__name__}")
     try:
-        executor, corpus, settings = load_setup(setup, options, backend, conn, codecs)
+        executor, corpus, settings = load_setup(setup, options, backend, conn, plugins)
     except (JoinRefused, DataError) as error:
         conn.send(Failure(str(error)))
         raise
@@ -116,11 +125,12 @@ def load_setup(
     options: WorkerOptions,
     backend: Backend,
     conn: LiveConnection,
-    codecs: CodecLookup,
+    plugins: SetupLookup,
 ) -> tuple[Executor, Any, WorkerSettings]:
-    """Check the shipped program's kind and hash, load it on the device, set the inner
-    state, and get the training data: the tokens in the Setup, or the assigned shards
-    (from `--data`, the shard cache, or fetched through `conn`)."""
+    """Check the shipped program's kind and hash, decode the settings, load the program
+    on the device, set the inner state, and get the training data: the tokens in the
+    Setup, or the assigned shards (from `--data`, the shard cache, or fetched through
+    `conn`)."""
     runtime = backend.runtime
     if setup.artifact_kind != runtime.kind:
         raise JoinRefused(
@@ -135,13 +145,10 @@ def load_setup(
             f"program hash mismatch: got {digest[:16]}…, "
             f"announced {setup.artifact_sha256[:16]}…; refusing to load it"
         )
-    try:
-        settings = WorkerSettings.from_json(setup.settings_json)
-    except ValueError as error:
-        raise JoinRefused(str(error)) from None
+    settings = decode_settings(setup.settings_json, plugins)
     for codec, what in ((settings.codec, "pseudo-gradients"), (settings.codec_down, "parameters")):
         try:
-            codecs.codec(codec)  # else the first round would fail
+            plugins.codec(codec)  # else the first round would fail
         except UnknownNameError as error:
             raise JoinRefused(f"the run sends {what} as {codec}: {error}") from None
     specs = ShippedSpecs(
@@ -166,3 +173,17 @@ def load_setup(
     log.info("program ready", seconds=round(time.monotonic() - started, 1))
     executor.set_opt_state([tensors[s.name] for s in specs.opt_specs])
     return executor, dataset, settings
+
+
+def decode_settings(text: str, plugins: SetupLookup) -> WorkerSettings:
+    """The Setup's settings, the algorithm's slot decoded into the type it declares
+    (`Algorithm.worker_settings`): once, here, for every round to read as it is
+    (`WorkerSession.algorithm_settings`). JoinRefused, one line, where it cannot be."""
+    try:
+        settings = WorkerSettings.from_json(text)
+        algorithm = plugins.algorithm(settings.algorithm)
+        return settings.with_typed(settings.algorithm, algorithm.worker_settings)
+    except UnknownNameError as error:
+        raise JoinRefused(f"the run's rounds need its algorithm: {error}") from None
+    except ValueError as error:
+        raise JoinRefused(str(error)) from None

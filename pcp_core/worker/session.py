@@ -45,6 +45,13 @@ class WorkerSession:
     # (RunSettings.codec_down): Reports hands the round float32 values
     downlink: HeldParameters = field(default_factory=HeldParameters)
 
+    @property
+    def algorithm_settings(self) -> Any:
+        """What the run's algorithm tells its worker side: its slot of the settings, of
+        the type it declares (`Algorithm.worker_settings`), decoded once at the join
+        (`pcp_core.worker.joining`); None for an algorithm that declares and sends none."""
+        return self.settings.plugins.get(self.settings.algorithm)
+
     def batches(self, assignment: Assignment, call: int) -> tuple[np.ndarray, np.ndarray]:
         """Deterministic batches from this worker's shard for this round: the round's
         piece of a shipped text corpus, or all of the prepared shards it was given (those

@@ -4,7 +4,7 @@ the outer optimizer (Nesterov momentum by default)."""
 
 from pcp_core import hookimpl
 from pcp_core.algorithms import Algorithm
-from pcp_diloco.settings import DilocoSettings
+from pcp_diloco.settings import DilocoSettings, DilocoWorkerSettings
 
 PCP_PLUGIN_API = 5  # the pcp_core.PLUGIN_API this plugin is written for
 
@@ -27,6 +27,7 @@ DILOCO = Algorithm(
     worker_round=_worker_round,
     resumable=True,
     settings=DilocoSettings,
+    worker_settings=DilocoWorkerSettings,
     description="DiLoCo: H local steps per round, outer Nesterov step on the shepherd",
 )
 

@@ -118,11 +118,7 @@ def run_settings(config: RunConfig, plugins: Any, program: Any, run_id: str) -> 
         # last checkpoint was still being written: each needs the inner state it started
         # from (pcp_core.worker.state)
         inner_states_kept=config.shepherd.checkpoint_every + 2,
-        plugins={
-            "diloco": dataclasses.asdict(
-                DilocoWorkerSettings(tuple(reset), diloco.fragments, tuple(counters))
-            )
-        },
+        plugins={"diloco": DilocoWorkerSettings(tuple(reset), diloco.fragments, tuple(counters))},
         overlap=diloco.overlap != "none",
         push_deltas=diloco.deltas == "pushed",  # and under ahead (RunSettings.pushes)
         ahead=diloco.ahead_rounds if diloco.overlap == "ahead" else 0,

@@ -297,10 +297,11 @@ def unknown_codec(name: str) -> str | None:
 
 @dataclass(frozen=True)
 class DilocoWorkerSettings:
-    """What DiLoCo's worker side is told with its program (its slot of the Setup's
-    settings): the inner-state tensors it zeroes for the parameters it takes in from the
-    shepherd, when it takes them in (its momentum, under `--inner-momentum reset`), the
-    number of streaming fragments, and the step counters of its schedule."""
+    """What DiLoCo's worker side is told with its program (its `Algorithm.worker_settings`,
+    in its slot of the Setup's settings): the inner-state tensors it zeroes for the
+    parameters it takes in from the shepherd, when it takes them in (its momentum, under
+    `--inner-momentum reset`), the number of streaming fragments, and the step counters
+    of its schedule."""
 
     zero_at_round_start: tuple[str, ...] = ()
     fragments: int = 1

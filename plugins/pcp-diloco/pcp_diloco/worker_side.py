@@ -47,7 +47,7 @@ from pcp_diloco.settings import DilocoWorkerSettings
 
 def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
     executor = session.executor
-    told = DilocoWorkerSettings(**session.settings.plugins.get("diloco", {}))
+    told: DilocoWorkerSettings = session.algorithm_settings  # decoded once, at the join
     fragments = split([int(np.prod(spec.shape)) for spec in executor.param_specs], told.fragments)
     if assignment.tensors:
         take_in(session, told, assignment.tensors, fold=False)

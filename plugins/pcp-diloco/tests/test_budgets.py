@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from pcp_diloco import worker_side
 from pcp_diloco.budgets import MEASURING_S, RoundBudget, aligned, weigh_by
-from pcp_diloco.settings import budget_seconds
+from pcp_diloco.settings import DilocoWorkerSettings, budget_seconds
 
 from pcp_core import config_file, plugins, run
 from pcp_core.config import ConfigError, RunConfig
@@ -166,9 +166,9 @@ def budgeted_session(
     clock = [0.0]
     monkeypatch.setattr(worker_side.time, "perf_counter", lambda: clock[0])
     corpus = SimpleNamespace(batches=lambda *args, **kwargs: (None, None))
-    told = {"fragments": 1, "schedule_counters": ["opt.count"]}
-    settings = SimpleNamespace(plugins={"diloco": told}, steps_per_call=1, batch_size=1,
-                               block_size=1, manifest=None)  # fmt: skip
+    told = DilocoWorkerSettings(fragments=1, schedule_counters=("opt.count",))
+    settings = SimpleNamespace(algorithm="diloco", plugins={"diloco": told}, steps_per_call=1,
+                               batch_size=1, block_size=1, manifest=None)  # fmt: skip
     return WorkerSession(0, device(clock, call_s), corpus, settings)  # type: ignore[arg-type]
 
 

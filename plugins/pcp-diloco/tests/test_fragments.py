@@ -10,14 +10,17 @@ from typing import Any
 
 import numpy as np
 import pytest
+from pcp_diloco import worker_side
 from pcp_diloco.fragments import of_round, split
+from pcp_diloco.settings import DilocoWorkerSettings
 from pcp_diloco.worker_side import worker_round
 
 from pcp_core import run
 from pcp_core.config import RunConfig
 from pcp_core.program.build import TensorSpec
-from pcp_core.wire.messages import Assignment, Tensor
+from pcp_core.wire.messages import Assignment, Tensor, WorkerSettings
 from pcp_core.wire.transport import TransportError
+from pcp_core.worker.joining import decode_settings
 from pcp_core.worker.session import WorkerSession
 
 
@@ -63,7 +66,8 @@ class OneStepDown:
 def session(fragments: int, arrived: object = None) -> WorkerSession:
     corpus = SimpleNamespace(batches=lambda *args, **kwargs: (None, None))
     settings = SimpleNamespace(
-        plugins={"diloco": {"fragments": fragments}},
+        algorithm="diloco",
+        plugins={"diloco": DilocoWorkerSettings(fragments=fragments)},
         steps_per_call=1,
         batch_size=1,
         block_size=1,
@@ -90,6 +94,29 @@ def test_a_worker_returns_one_fragment_a_round_and_keeps_the_others_progress() -
     assert [t.name for t in second.tensors] == ["p1", "p2"]
     np.testing.assert_array_equal(second.tensors[0].array, 6)  # six steps since it was given
     np.testing.assert_array_equal(worker.executor.params()[0], 4)  # 7, then 3 steps
+
+
+def test_rounds_read_the_settings_the_worker_decoded_at_its_join(
+    pcp_host: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    told = DilocoWorkerSettings((), 2, ("opt.count",))
+    sent = WorkerSettings("diloco", "run", 3, {"diloco": told}, steps_per_call=1).to_json()
+    # on the wire, the form it always had
+    expected = {"zero_at_round_start": [], "fragments": 2, "schedule_counters": ["opt.count"]}
+    assert json.loads(sent)["plugins"] == {"diloco": expected}
+    settings = decode_settings(sent, pcp_host)
+    assert settings.plugins["diloco"] == told  # its tuples tuples again
+    corpus = SimpleNamespace(batches=lambda *args, **kwargs: (None, None))
+    worker = WorkerSession(0, OneStepDown([4, 3, 1]), corpus, settings)
+
+    def rebuilt(*args: Any, **kwargs: Any) -> None:
+        raise AssertionError("a round rebuilt the settings decoded at the join")
+
+    monkeypatch.setattr(worker_side, "DilocoWorkerSettings", rebuilt)
+    first = worker_round(worker, Assignment(0, 1, 0, 1, 0, tensors({0: 1, 1: 2, 2: 3})))
+    second = worker_round(worker, Assignment(1, 1, 0, 1, 0, tensors({0: 1})))
+    assert [[t.name for t in w.tensors] for w in (first, second)] == [["p0"], ["p1", "p2"]]
+    assert worker.algorithm_settings is settings.plugins["diloco"]
 
 
 def test_an_overlapped_round_folds_the_parameters_in_as_they_arrive() -> None:
