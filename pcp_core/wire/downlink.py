@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from pcp_core.codecs import Codec, CodecError, decode_tensor, encode_tensor
+from pcp_core.parallel import each
 from pcp_core.wire.messages import Tensor
 from pcp_core.wire.transport import TransportError
 
@@ -53,11 +54,16 @@ class Downlink:
         if self.held is None:  # the run's first round: the copy starts as the parameters
             self.held = [p.astype(np.float32, copy=True) for p in params]
             return Outgoing(self.whole(), {})
-        changes = {}
-        for i in refreshed:
-            data = encode_tensor(self.codec, params[i] - self.held[i])
-            self.held[i] = self.held[i] + decode_tensor(self.codec, data, params[i].shape)
-            changes[i] = Tensor(self.names[i], np.frombuffer(data, np.uint8))
+        codec, held = self.codec, self.held
+
+        def change(i: int) -> Tensor:
+            """Parameter i's change as sent; the copy moves by it as the workers' will."""
+            data = encode_tensor(codec, params[i] - held[i])
+            held[i] = held[i] + decode_tensor(codec, data, params[i].shape)
+            return Tensor(self.names[i], np.frombuffer(data, np.uint8))
+
+        elements = sum(params[i].size for i in refreshed)
+        changes = dict(zip(refreshed, each(change, refreshed, elements), strict=True))
         return Outgoing(self.whole(), changes)
 
     def whole(self) -> list[Tensor]:
@@ -87,21 +93,26 @@ class HeldParameters:
     def take(self, tensors: list[Tensor]) -> list[Tensor]:
         """An Assignment's tensors as float32 values: whole ones as they are, encoded
         changes added to the copy; the copy keeps both, the caller gets its own arrays."""
-        if self.codec is None:
+        codec = self.codec
+        if codec is None:
             return tensors
-        values = []
-        for tensor in tensors:
+
+        def value(tensor: Tensor) -> np.ndarray:
+            """The tensor's float32 values: as they came, or the copy plus the change."""
             if tensor.array.dtype != np.uint8:
-                value = tensor.array.astype(np.float32)
-            elif tensor.name not in self.held:
+                return tensor.array.astype(np.float32)
+            if tensor.name not in self.held:
                 raise TransportError(f"a change of {tensor.name} for a worker without it")
-            else:
-                before = self.held[tensor.name]
-                try:
-                    change = decode_tensor(self.codec, tensor.array.tobytes(), before.shape)
-                except CodecError as error:
-                    raise TransportError(f"the change of {tensor.name}: {error}") from None
-                value = before + change
-            self.held[tensor.name] = value
-            values.append(Tensor(tensor.name, value.copy()))
-        return values
+            before = self.held[tensor.name]
+            try:
+                change = decode_tensor(codec, tensor.array.tobytes(), before.shape)
+            except CodecError as error:
+                raise TransportError(f"the change of {tensor.name}: {error}") from None
+            return before + change
+
+        elements = sum(
+            int(np.prod(self.held[t.name].shape)) for t in tensors if t.name in self.held
+        )
+        values = each(value, tensors, elements)
+        self.held.update((t.name, v) for t, v in zip(tensors, values, strict=True))
+        return [Tensor(t.name, v.copy()) for t, v in zip(tensors, values, strict=True)]

@@ -22,7 +22,7 @@ import numpy as np
 import structlog
 
 from pcp_core.codecs import CodecLookup, Feedback, on_the_wire
-from pcp_core.parallel import delta_norm
+from pcp_core.parallel import delta_norm, each
 from pcp_core.wire.liveness import LiveConnection
 from pcp_core.wire.messages import (
     Assignment,
@@ -146,12 +146,14 @@ class Reports:
         """The tensors as the Delta carries them, and the norm the shepherd will see."""
         if self.feedback is None:
             return tensors, delta_norm([t.array for t in tensors])
-        sent, decoded = [], []
-        for tensor in tensors:
-            data, values = self.feedback.encode(tensor.name, tensor.array)
-            sent.append(Tensor(tensor.name, np.frombuffer(data, np.uint8)))
-            decoded.append(values)
-        return sent, delta_norm(decoded)
+        feedback = self.feedback
+        elements = sum(t.array.size for t in tensors)
+        encoded = each(lambda t: feedback.encode(t.name, t.array), tensors, elements)
+        sent = [
+            Tensor(tensor.name, np.frombuffer(data, np.uint8))
+            for tensor, (data, _) in zip(tensors, encoded, strict=True)
+        ]
+        return sent, delta_norm([values for _, values in encoded])
 
     def settle(self, message: Fetch | Discard, refused: Callable[[], None] = lambda: None) -> None:
         """Answer a Fetch with the Delta; on a Discard, call `refused` and restore the
