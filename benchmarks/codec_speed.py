@@ -29,7 +29,7 @@ import numpy as np
 
 from pcp_core import plugins
 from pcp_core.codecs import Feedback, decode_tensor
-from pcp_core.parallel import each, pool
+from pcp_core.parallel import each, threads
 
 RESULTS = Path(__file__).parent / "results" / "codecs"
 LINK_MB_S = 125.0  # 1 Gbit/s
@@ -106,7 +106,7 @@ def whole_model(model: str, repeats: int) -> dict:
             seconds[way][0].append(middle - started)
             seconds[way][1].append(time.perf_counter() - middle)
     row: dict = {"model": model, "codec": MODEL_CODEC, "values": elements}
-    row["threads"] = pool()._max_workers
+    row["threads"] = threads()
     for way, (encode_s, decode_s) in seconds.items():
         row[way] = {
             "encode_s": statistics.median(encode_s),

@@ -30,10 +30,15 @@ T = TypeVar("T")
 A = TypeVar("A")
 
 
+def threads() -> int:
+    """The host pool's threads: one a core, at most MAX_THREADS."""
+    return min(MAX_THREADS, os.cpu_count() or 1)
+
+
 @cache
 def pool() -> ThreadPoolExecutor:
-    """The host's pool: one thread a core, at most MAX_THREADS."""
-    return ThreadPoolExecutor(min(MAX_THREADS, os.cpu_count() or 1), thread_name_prefix="pcp-host")
+    """The host's pool (`threads()` of them)."""
+    return ThreadPoolExecutor(threads(), thread_name_prefix="pcp-host")
 
 
 def pieces(function: Callable[..., T], *tensor_lists: Sequence[np.ndarray]) -> list[T]:

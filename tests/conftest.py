@@ -30,6 +30,23 @@ def run_pcp(
     )
 
 
+def save_small_gpt2(folder: Path, text: str, positions: int) -> None:
+    """A 2-layer GPT-2 with a byte-level BPE trained on `text`, saved into `folder` by
+    `transformers` as the hub serves one (no hub here)."""
+    import torch
+    import transformers
+
+    from pcp_core.data import tokenizers
+
+    bpe = tokenizers.train_bpe([text], 300)
+    tokenizers.write_tokenizer_dir(bpe, folder, positions)
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(
+        vocab_size=bpe.vocab_size, n_positions=positions, n_embd=32, n_layer=2, n_head=2
+    )
+    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+
+
 @pytest.fixture(scope="session")
 def trained_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A run of the small default model, trained for 60 steps (for `pcp sample`, `export`)."""

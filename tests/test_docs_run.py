@@ -31,7 +31,7 @@ from pathlib import Path
 
 import pytest
 
-from pcp_core.data import tokenizers
+from tests.conftest import run_pcp, save_small_gpt2
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -146,9 +146,6 @@ def stand_ins(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def make_stand_ins(folder: Path) -> Path:
     """The files the docs name, small: corpora, a GPT-2 folder, a token, a run."""
-    import torch
-    import transformers
-
     for name in ("shakespeare.txt", "corpus.txt"):
         (folder / name).write_text(TEXT)
     (folder / "books").mkdir()
@@ -159,17 +156,12 @@ def make_stand_ins(folder: Path) -> Path:
     (folder / "hosts").write_text("localhost slots=8\n")
     (folder / "token").write_text("c3RhbmQtaW4gc2VjcmV0IGZvciB0aGUgZG9jcycgY29tbWFuZHM=\n")
     (folder / "token").chmod(0o600)
-    gpt2 = folder / "gpt2"
-    gpt2.mkdir()
-    bpe = tokenizers.train_bpe([TEXT], 300)
-    tokenizers.write_tokenizer_dir(bpe, gpt2, 256)
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        vocab_size=bpe.vocab_size, n_positions=256, n_embd=32, n_layer=2, n_head=2
-    )
-    transformers.GPT2LMHeadModel(config).save_pretrained(gpt2)
+    (folder / "gpt2").mkdir()
+    save_small_gpt2(folder / "gpt2", TEXT, 256)
     (folder / "run.toml").write_text(toml_of(ROOT / "docs" / "training.md"))
-    made = run_pcp(folder, "train", *TINY, "--steps", "20", "--out", "runs/short")
+    made = run_pcp(
+        "train", *TINY, "--steps", "20", "--out", "runs/short", env=environment(folder), cwd=folder
+    )
     assert made.returncode == 0, made.stderr[-3000:]
     interrupted_diloco_run(folder, "runs/short-diloco")
     return folder
@@ -198,13 +190,6 @@ def interrupted_diloco_run(folder: Path, out: str) -> None:
 def toml_of(document: Path) -> str:
     """The document's first TOML block: the run file the docs show."""
     return next(body for language, _, body in blocks(document) if language == "toml")
-
-
-def run_pcp(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "pcp_core", *args],
-        cwd=cwd, capture_output=True, text=True, timeout=600, env=environment(cwd),
-    )  # fmt: skip
 
 
 def environment(folder: Path) -> dict[str, str]:

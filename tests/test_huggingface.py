@@ -13,10 +13,9 @@ import pytest
 
 from pcp_core import plugins
 from pcp_core.config import ConfigError, RunConfig
-from pcp_core.data import tokenizers
 from pcp_core.program import huggingface, trained, training
 from pcp_core.program.footprint import parameter_shapes
-from tests.conftest import run_pcp
+from tests.conftest import run_pcp, save_small_gpt2
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -33,13 +32,7 @@ BLOCK = 32
 def gpt2_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A 2-layer GPT-2 with a byte-level BPE, saved by `transformers` as the hub serves it."""
     folder = tmp_path_factory.mktemp("gpt2")
-    bpe = tokenizers.train_bpe([TEXT], 300)
-    tokenizers.write_tokenizer_dir(bpe, folder, 64)
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(
-        vocab_size=bpe.vocab_size, n_positions=64, n_embd=32, n_layer=2, n_head=2
-    )
-    transformers.GPT2LMHeadModel(config).save_pretrained(folder)
+    save_small_gpt2(folder, TEXT, 64)
     return folder
 
 

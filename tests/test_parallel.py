@@ -39,6 +39,27 @@ def test_large_passes_go_to_the_pool_and_small_ones_stay_in_the_calling_thread()
     assert parallel.pieces(where, small) == [threading.current_thread().name] * 4
 
 
+def test_each_keeps_the_order_on_the_pool_and_stays_here_when_small() -> None:
+    def where(item: int) -> tuple[int, str]:
+        return item, threading.current_thread().name
+
+    done = parallel.each(where, list(range(20)), elements=4000)  # PARALLEL_FROM pieces
+    assert [item for item, _ in done] == list(range(20))
+    assert any(name.startswith("pcp-host") for _, name in done)
+    here = threading.current_thread().name
+    assert parallel.each(where, [1, 2], elements=3999) == [(1, here), (2, here)]
+
+
+def test_each_passes_an_items_error_on() -> None:
+    def fail_on_three(item: int) -> int:
+        if item == 3:
+            raise ValueError("three")
+        return item
+
+    with pytest.raises(ValueError, match="three"):
+        parallel.each(fail_on_three, list(range(8)), elements=10**6)
+
+
 def test_the_norm_is_the_sum_of_the_pieces_in_order_whatever_the_threads() -> None:
     arrays = tensors(1)
     expected = 0.0

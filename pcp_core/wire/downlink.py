@@ -110,9 +110,7 @@ class HeldParameters:
                 raise TransportError(f"the change of {tensor.name}: {error}") from None
             return before + change
 
-        elements = sum(
-            int(np.prod(self.held[t.name].shape)) for t in tensors if t.name in self.held
-        )
+        elements = sum(self.held[t.name].size for t in tensors if t.name in self.held)
         values = each(value, tensors, elements)
         self.held.update((t.name, v) for t, v in zip(tensors, values, strict=True))
         return [Tensor(t.name, v.copy()) for t, v in zip(tensors, values, strict=True)]

@@ -36,7 +36,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
     trainers = config.local_worker_backends() if ctx.local_workers else []
     setup = prepare(config, ctx.plugins, trainers=trainers, shepherd=True)
     params = setup.initial_params()
-    change = [np.zeros_like(p) for p in params]  # each round's mean change, sent back
+    change = [np.zeros_like(p) for p in params]  # each round's merged change (run_round)
     told = RunSettings(algorithm="fedavg", run_id=uuid.uuid4().hex, inner_states_kept=2)
     rounds = max(1, config.steps // steps)
     ctx.status.describe(rounds=rounds, model=config.model, parameters=setup.program.parameter_count)
