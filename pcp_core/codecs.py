@@ -16,7 +16,11 @@ one before reading it. Everything else is here, once for every codec:
 - **Error feedback** (`Feedback`): a lossy codec may ask for it (`feedback = True`, as
   top-k selection does): the sender keeps, per tensor, what the decoded form lacked and
   adds it to that tensor's next value before encoding, so nothing is lost for good,
-  only sent later.
+  only sent later. A run may decay what is owed each time (`RunSettings.feedback_decay`,
+  SparseLoCo's accumulator), so old errors fade instead of piling up.
+- **Options** (`Codec.tuned`): a codec with parameters (how much a sparse codec keeps,
+  say) takes them by name from the run (`RunSettings.codec_options`); both ends tune it
+  the same way, so no option travels in the bytes.
 
 Decoders read bytes from the network: a malformed body raises `CodecError` with a
 message that says what is wrong, never another exception, and allocates no more than
@@ -25,6 +29,7 @@ the `count` values it was asked for.
 
 import struct
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -61,6 +66,13 @@ class Codec(ABC):
     def error_bound(self, values: np.ndarray) -> np.ndarray:
         """The largest absolute error of each decoded value of `values` (without error
         feedback); the conformance suite holds every round trip to it."""
+
+    def tuned(self, options: Mapping[str, float]) -> "Codec":
+        """This codec with the run's `options`; CodecError, one line, for an option it
+        does not take or a value out of its range. Without options, itself."""
+        if options:
+            raise CodecError(f"{self.name} takes no options (given {', '.join(sorted(options))})")
+        return self
 
 
 def frame_bytes(shape: tuple[int, ...]) -> int:
@@ -123,13 +135,17 @@ class Feedback:
 
     codec: Codec
     residuals: dict[str, np.ndarray] = field(default_factory=dict)
+    decay: float = 1.0  # what is owed is multiplied by this before each next encoding
 
     def encode(self, name: str, array: np.ndarray) -> tuple[bytes, np.ndarray]:
-        """Encode `array` plus what this tensor's last encodings left out, and keep what
-        this one leaves out (nothing after a non-finite tensor); the bytes and their
-        decoded form, what the receiver will see."""
+        """Encode `array` plus what this tensor's last encodings left out (decayed), and
+        keep what this one leaves out (nothing after a non-finite tensor); the bytes and
+        their decoded form, what the receiver will see."""
         owed = self.residuals.pop(name, None) if self.codec.feedback else None
-        target = array.astype(np.float32) if owed is None else array + owed
+        if owed is None:
+            target = array.astype(np.float32)
+        else:
+            target = array + (owed if self.decay == 1.0 else np.float32(self.decay) * owed)
         data = encode_tensor(self.codec, target)
         decoded = decode_tensor(self.codec, data, target.shape)
         if self.codec.feedback and data[0] == FINITE:
@@ -167,7 +183,11 @@ class CodecLookup(Protocol):
     def codec(self, name: str) -> Codec: ...
 
 
-def on_the_wire(name: str, codecs: CodecLookup) -> Codec | None:
-    """The registered codec `name` tensors are encoded with, or None for f32: float32
-    tensors then cross as they are, unframed (today's wire format)."""
-    return None if name == FLOAT32.name else codecs.codec(name)
+def on_the_wire(
+    name: str, codecs: CodecLookup, options: Mapping[str, float] | None = None
+) -> Codec | None:
+    """The registered codec `name`, tuned with `options`, that tensors are encoded with,
+    or None for f32: float32 tensors then cross as they are, unframed (today's format)."""
+    codec = FLOAT32 if name == FLOAT32.name else codecs.codec(name)
+    tuned = codec.tuned(options or {})
+    return None if tuned is FLOAT32 else tuned

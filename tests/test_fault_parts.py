@@ -203,20 +203,24 @@ def test_inner_state_store(tmp_path) -> None:
         store.save("run", 3, round_index, arrays(round_index))
     assert store.previous_index() == 3
     assert [p.name for p in store._files()] == ["round-000000002.npz", "round-000000003.npz"]
-    saved_round, state = store.load("run", before_round=4)
-    assert saved_round == 3 and state[0][0, 0] == 3
-    saved_round, _ = store.load("run", before_round=3)  # a round asked for again
-    assert saved_round == 2
+    saved = store.load("run", before_round=4)
+    assert saved.round == 3 and saved.arrays[0][0, 0] == 3 and saved.owed == {}
+    assert store.load("run", before_round=3).round == 2  # a round asked for again
     assert store.load("other-run", 9) is None
     store.forget_from(3)  # a refused round: the next starts from the state before it
-    assert store.load("run", before_round=9)[0] == 2
+    assert store.load("run", before_round=9).round == 2
     store.save("run", 3, 3, arrays(3))
     store.save("run", 3, 4, arrays(4), keep=3)  # and one reported ahead of it, gone too
     store.forget_from(3)
-    assert store.load("run", before_round=9)[0] == 2
+    assert store.load("run", before_round=9).round == 2
     store.save("run", 3, 3, arrays(3))
     store._files()[-1].write_bytes(b"torn")  # a damaged newest file: the one before it
-    assert store.load("run", before_round=9)[0] == 2
+    assert store.load("run", before_round=9).round == 2
+    owed = {"h.0/w": np.full((2, 3), 0.5, np.float32)}  # what error feedback owes, kept
+    store.save("run", 3, 3, arrays(3), owed=owed)
+    saved = store.load("run", before_round=9)
+    assert saved.round == 3 and len(saved.arrays) == len(arrays(3))
+    np.testing.assert_array_equal(saved.owed["h.0/w"], owed["h.0/w"])
     store.save("new-run", 0, 0, arrays())  # another run's states are cleared away
     assert [p.name for p in store._files()] == ["round-000000000.npz"]
 
@@ -417,3 +421,40 @@ def test_a_restored_inner_state_takes_the_runs_schedule(tmp_path) -> None:
     inner.prepare(1)
     np.testing.assert_array_equal(restarted.state[0], np.full(2, 5, np.float32))  # its own
     np.testing.assert_array_equal(restarted.state[1], new_schedule)  # the run's
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_what_error_feedback_owes_is_saved_and_restored_with_the_inner_state(
+    tmp_path, overlap: bool
+) -> None:
+    """In blocking rounds what the codec's error feedback owes after a round is saved with
+    the round's inner state: a refused round owes again what it owed when it started, and
+    a restarted worker what it owed at the end of the round it goes on from. Under
+    overlap a round's state is saved before its result is encoded: what is owed stays."""
+    from pcp_core import plugins
+    from pcp_core.codecs import Feedback
+    from pcp_core.worker.session import InnerState, WorkerSession
+
+    executor = StateOnly()
+    settings = WorkerSettings("local", "run", 3, overlap=overlap)
+    feedback = Feedback(plugins.host().codec("topk"))
+    inner = InnerState(WorkerSession(0, executor, None, settings), InnerStateStore(tmp_path), "run")
+    inner.feedback = feedback
+    owed = {}
+    for round_index in range(3):
+        executor.state = [np.full(2, round_index, np.float32)]
+        feedback.encode("w", np.arange(8, dtype=np.float32) + round_index)
+        owed[round_index] = feedback.residuals["w"].copy()
+        inner.finished(round_index)
+    inner.refused(2)  # round 2's result refused: it starts again from round 1's end
+    np.testing.assert_array_equal(executor.state[0], np.full(2, 1, np.float32))
+    expected = owed[2] if overlap else owed[1]
+    np.testing.assert_array_equal(feedback.residuals["w"], expected)
+
+    restarted = Feedback(feedback.codec)
+    again = InnerState(WorkerSession(0, StateOnly(), None, settings), inner.store, "run")
+    again.feedback = restarted
+    again.prepare(2)
+    assert restarted.residuals == {} if overlap else restarted.residuals.keys() == {"w"}
+    if not overlap:
+        np.testing.assert_array_equal(restarted.residuals["w"], owed[1])

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.codecs import on_the_wire
 from pcp_core.shepherd.aggregation import (
     HeldResults,
     NormBound,
@@ -79,7 +78,7 @@ class Shepherd(Roster):
         is the copy the workers hold, which a checkpoint keeps."""
         if self._sender is None:
             names = [spec.name for spec in self.admission.setup.program.param_specs]
-            codec = on_the_wire(self.admission.settings.codec_down, self.admission.plugins)
+            codec = self.admission.settings.downlink(self.admission.plugins)
             self._sender = Downlink(names, codec)
         return self._sender
 
@@ -175,7 +174,7 @@ class Shepherd(Roster):
             self.limits.worker_timeout_s,
             self.admission.status,
             excluded={**(excluded or {}), **self._quarantine_reasons()},
-            codec=on_the_wire(self.admission.settings.codec, self.admission.plugins),
+            codec=self.admission.settings.uplink(self.admission.plugins),
             weigh=weigh,
             pushed=self.admission.settings.pushes,
             accountability=self.merger.accountability,

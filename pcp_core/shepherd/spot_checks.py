@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.codecs import Feedback, on_the_wire
+from pcp_core.codecs import Feedback
 from pcp_core.data.shards import PreparedDataset
 from pcp_core.wire.messages import Audit, AuditState, Result, RunSettings, WorkerSettings
 from pcp_core.wire.transport import TransportError
@@ -162,12 +162,13 @@ class SpotChecks:
             corpus = self._corpus(link.index)
             session = WorkerSession(link.index, executor, corpus, settings)
             work = self.worker_round(session, assignment)
-            codec = on_the_wire(settings.codec, self.admission.plugins)
+            codec = settings.uplink(self.admission.plugins)
             if codec is None:
                 replayed = [tensor.array for tensor in work.tensors]
                 owed: dict[str, np.ndarray] = {}
             else:
-                feedback = Feedback(codec, {n: a.copy() for n, a in start.residuals.items()})
+                owing = {n: a.copy() for n, a in start.residuals.items()}
+                feedback = Feedback(codec, owing, settings.feedback_decay)
                 replayed = [feedback.encode(t.name, t.array)[1] for t in work.tensors]
                 owed = feedback.residuals
             end = RoundStart([np.array(a) for a in executor.opt_state()], owed)

@@ -13,7 +13,10 @@ import json
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:  # numpy's: imported where a codec is needed, not with the settings
+    from pcp_core.codecs import Codec, CodecLookup
 
 T = TypeVar("T")
 
@@ -40,6 +43,12 @@ class RunSettings:
     # how the global parameters cross to a worker that holds the last ones: as encoded
     # changes to its copy (pcp_core.wire.downlink), or "f32" values as they are
     codec_down: str = "f32"
+    # each codec's options by name (`pcp_core.codecs.Codec.tuned`), uplink and downlink
+    codec_options: dict[str, float] = field(default_factory=dict)
+    codec_down_options: dict[str, float] = field(default_factory=dict)
+    # what error feedback owes is multiplied by this before it is added to the next
+    # pseudo-gradient (`pcp_core.codecs.Feedback.decay`); 1: kept whole
+    feedback_decay: float = 1.0
     # each Delta follows its Result at once instead of waiting for a Fetch: a round trip
     # less a round, for a shepherd that holds one delta per worker at a time
     push_deltas: bool = False
@@ -49,6 +58,18 @@ class RunSettings:
     # spot checks (`pcp train --spot-check`): each Result commits to the state its round
     # started from, kept until the next round for the shepherd to ask for (Audit)
     audited: bool = False
+
+    def uplink(self, codecs: "CodecLookup") -> "Codec | None":
+        """The codec pseudo-gradients cross in, tuned; None: float32 as it is."""
+        from pcp_core.codecs import on_the_wire
+
+        return on_the_wire(self.codec, codecs, self.codec_options)
+
+    def downlink(self, codecs: "CodecLookup") -> "Codec | None":
+        """The codec the changes of the global parameters cross in, tuned; None: float32."""
+        from pcp_core.codecs import on_the_wire
+
+        return on_the_wire(self.codec_down, codecs, self.codec_down_options)
 
     @property
     def pushes(self) -> bool:

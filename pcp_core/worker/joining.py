@@ -28,7 +28,7 @@ from pcp_core.backends import (
     MultiDeviceRuntime,
     device_label,
 )
-from pcp_core.codecs import CodecLookup
+from pcp_core.codecs import CodecError, CodecLookup
 from pcp_core.data.errors import DataError
 from pcp_core.data.text import CharCorpus
 from pcp_core.program.build import TensorSpec
@@ -146,11 +146,14 @@ def load_setup(
             f"announced {setup.artifact_sha256[:16]}…; refusing to load it"
         )
     settings = decode_settings(setup.settings_json, plugins)
-    for codec, what in ((settings.codec, "pseudo-gradients"), (settings.codec_down, "parameters")):
+    for name, codec, what in (
+        (settings.codec, settings.uplink, "pseudo-gradients"),
+        (settings.codec_down, settings.downlink, "parameters"),
+    ):
         try:
-            plugins.codec(codec)  # else the first round would fail
-        except UnknownNameError as error:
-            raise JoinRefused(f"the run sends {what} as {codec}: {error}") from None
+            codec(plugins)  # else the first round would fail
+        except (UnknownNameError, CodecError) as error:
+            raise JoinRefused(f"the run sends {what} as {name}: {error}") from None
     specs = ShippedSpecs(
         [TensorSpec(n, s, d) for n, s, d in settings.param_specs],
         [TensorSpec(n, s, d) for n, s, d in settings.opt_specs],

@@ -21,7 +21,7 @@ from collections.abc import Callable
 import numpy as np
 import structlog
 
-from pcp_core.codecs import CodecLookup, Feedback, on_the_wire
+from pcp_core.codecs import CodecLookup, Feedback
 from pcp_core.parallel import delta_norm, each
 from pcp_core.wire.liveness import LiveConnection
 from pcp_core.wire.messages import (
@@ -74,9 +74,10 @@ class Reports:
         self.conn, self.inner = conn, inner
         self.clock = NetworkClock()
         settings = inner.session.settings
-        codec = on_the_wire(settings.codec, codecs)
-        self.feedback = None if codec is None else Feedback(codec)
-        inner.session.downlink.codec = on_the_wire(settings.codec_down, codecs)
+        codec = settings.uplink(codecs)
+        self.feedback = None if codec is None else Feedback(codec, decay=settings.feedback_decay)
+        inner.feedback = self.feedback  # saved and restored with the inner state
+        inner.session.downlink.codec = settings.downlink(codecs)
         self.push = settings.pushes
         self.kept = settings.ahead + 1  # the rounds reported ahead, and the one before
         # sent, not yet settled, by (round, attempt): the tensors its Delta carries (none
@@ -116,18 +117,31 @@ class Reports:
         tensors = start.tensors(self.opt_names)
         self.clock.send(self.conn, AuditState(message.round, message.attempt, tensors))
 
-    def report(self, assignment: Assignment, work: RoundWork, ahead: bool = False) -> None:
-        """Round `assignment.round` is done: save its inner state, send its Result (and
-        Delta, where pushed); `ahead`: before its Assignment came."""
-        self.inner.finished(assignment.round)
-        self.send(assignment, work, ahead)
-
-    def send(self, assignment: Assignment, work: RoundWork, ahead: bool = False) -> None:
-        """The Result (and Delta) of a round whose inner state is saved, encoded and
-        sent: off the round's thread under overlap (`pcp_core.worker.overlap`)."""
+    def report(self, assignment: Assignment, work: RoundWork) -> None:
+        """Blocking round `assignment.round` is done: encode its pseudo-gradient, save its
+        inner state (with what error feedback owes after it), send its Result (and
+        Delta, where pushed)."""
         started = time.perf_counter()
-        tensors, norm = self.encoded(work.tensors)
-        encode_s = time.perf_counter() - started
+        encoded = self.encoded(work.tensors)
+        self.inner.finished(assignment.round)
+        self.send(assignment, work, encoded=(*encoded, time.perf_counter() - started))
+
+    def send(
+        self,
+        assignment: Assignment,
+        work: RoundWork,
+        ahead: bool = False,
+        encoded: tuple[list[Tensor], float, float] | None = None,
+    ) -> None:
+        """The Result (and Delta) of a round whose inner state is saved, encoded here
+        unless `encoded` (tensors, norm, seconds) and sent: off the round's thread under
+        overlap (`pcp_core.worker.overlap`); `ahead`: before its Assignment came."""
+        if encoded is None:
+            started = time.perf_counter()
+            tensors, norm = self.encoded(work.tensors)
+            encode_s = time.perf_counter() - started
+        else:
+            tensors, norm, encode_s = encoded
         waited_s, sent_s = self.clock.take()
         timings = (work.compute_s, norm, waited_s, sent_s, encode_s)
         asked = (assignment.round, assignment.attempt)

@@ -13,10 +13,11 @@ import numpy as np
 import structlog
 
 from pcp_core.backends import Executor
+from pcp_core.codecs import Feedback
 from pcp_core.program.background import OneInFlight
 from pcp_core.wire.downlink import HeldParameters
 from pcp_core.wire.messages import Assignment, Tensor, WorkerSettings
-from pcp_core.worker.state import InnerStateStore
+from pcp_core.worker.state import InnerStateStore, SavedState
 
 log = structlog.get_logger(__name__)
 
@@ -83,6 +84,11 @@ WorkerRound = Callable[[WorkerSession, Assignment], RoundWork]
 class InnerState:
     """Which round's end the executor's inner state is, and the saved states behind it.
 
+    In blocking rounds what the codec's error feedback owes (`feedback`, set by
+    `pcp_core.worker.reports.Reports`) is saved and restored with the state, so a
+    restarted worker, or a refused round, goes on owing what it owed then; under overlap
+    a round's result is encoded after its state is saved, and what is owed stays as is.
+
     A round's state is copied off the device when the round ends (the next round
     changes it there) and written on a thread of its own (`saving`), beside the Result
     and the next round: for GPT-2 small, 1 GB of AdamW moments and a second a round.
@@ -97,6 +103,7 @@ class InnerState:
     # State tensors that the run sets, by name, over what a saved state holds: the
     # learning-rate schedule (a run resumed with a larger --steps keeps its run id)
     from_setup: dict[str, np.ndarray] = field(default_factory=dict)
+    feedback: Feedback | None = None
 
     def prepare(self, round_index: int) -> None:
         """Make the executor hold the state round `round_index` starts from, if saved.
@@ -109,7 +116,7 @@ class InnerState:
         saved = self.store.load(self.run_id, before_round=round_index)
         newest = self.store.newest_round(self.run_id)
         lost = newest is not None and newest >= round_index
-        if lost and (saved is None or saved[0] != round_index - 1):
+        if lost and (saved is None or saved.round != round_index - 1):
             log.warning(
                 "the inner state this round started from is gone; it starts from "
                 + ("a fresh one" if saved is None else "an older one")
@@ -118,9 +125,18 @@ class InnerState:
             )
         if saved is None:
             return
-        self.after_round, arrays = saved
-        self.session.executor.set_opt_state(self._with_run_settings(arrays))
+        self.after_round = saved.round
+        self._restore(saved)
         log.info("inner state restored", after_round=self.after_round, for_round=round_index)
+
+    def _restore(self, saved: SavedState | None) -> None:
+        """Make the executor hold `saved`, and error feedback owe what it owed then (in
+        blocking rounds; nothing before the first round's end)."""
+        if saved is not None:
+            self.session.executor.set_opt_state(self._with_run_settings(saved.arrays))
+        if self.feedback is not None and not self.session.settings.overlap:
+            owed = {} if saved is None else saved.owed
+            self.feedback.residuals = {name: array.copy() for name, array in owed.items()}
 
     def _with_run_settings(self, arrays: list[np.ndarray]) -> list[np.ndarray]:
         if not self.from_setup:
@@ -129,11 +145,17 @@ class InnerState:
         return [self.from_setup.get(n, a) for n, a in zip(names, arrays, strict=True)]
 
     def finished(self, round_index: int) -> None:
+        """Save the state round `round_index` ended with (on the saving thread); in
+        blocking rounds, once its result is encoded, with what error feedback owes."""
         self.after_round = round_index
         state = self.session.executor.opt_state()
         keep = self.session.settings.inner_states_kept
-        index = self.session.index
-        self.saving.submit(lambda: self.store.save(self.run_id, index, round_index, state, keep))
+        index, owed = self.session.index, None
+        if self.feedback is not None and not self.session.settings.overlap:
+            owed = {name: array.copy() for name, array in self.feedback.residuals.items()}
+        self.saving.submit(
+            lambda: self.store.save(self.run_id, index, round_index, state, keep, owed)
+        )
 
     def saved(self) -> None:
         """Wait until the last round's state is written; raise what the write raised."""
@@ -148,6 +170,6 @@ class InnerState:
         self.store.forget_from(round_index)
         self.after_round = None
         saved = self.store.load(self.run_id, before_round=round_index)
+        self._restore(saved)
         if saved is not None:
-            self.session.executor.set_opt_state(self._with_run_settings(saved[1]))
             self.finished(round_index)

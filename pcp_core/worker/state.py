@@ -1,7 +1,8 @@
 """A worker's inner optimizer state on its own disk, so a restart costs at most one round.
 
 After each round the worker writes its inner state (AdamW moments, step count: the
-learning-rate schedule continues from it) to `DIR/slot-N/round-R.npz`: temp file, fsync,
+learning-rate schedule continues from it, and what its codec's error feedback owes,
+`pcp_core.codecs.Feedback`) to `DIR/slot-N/round-R.npz`: temp file, fsync,
 rename, so a crash leaves the previous file whole; npz members carry CRC-32s, so a
 damaged file is detected on load and the one before it used. A shepherd that restarts
 from its checkpoint asks again for the rounds after it, and each must start from the
@@ -20,6 +21,7 @@ import json
 import os
 import re
 import zipfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -33,6 +35,17 @@ log = structlog.get_logger(__name__)
 KEEP = 2
 MAX_SLOTS = 64
 _ROUND_FILE = re.compile(r"round-(\d+)\.npz$")
+_OWED = "owed:"  # the npz member of what error feedback owes a tensor: this, then its name
+
+
+@dataclass
+class SavedState:
+    """A state as saved after round `round`: the optimizer's arrays in the order of its
+    specs, and what error feedback owed then, by tensor name."""
+
+    round: int
+    arrays: list[np.ndarray]
+    owed: dict[str, np.ndarray]
 
 
 class StateDirBusy(RuntimeError):
@@ -57,13 +70,16 @@ class InnerStateStore:
         round_index: int,
         arrays: list[np.ndarray],
         keep: int = KEEP,
+        owed: dict[str, np.ndarray] | None = None,
     ) -> None:
-        """Save the state after round `round_index`; keep the `keep` newest of this run."""
+        """Save the state after round `round_index` (and what error feedback `owed`
+        then); keep the `keep` newest of this run."""
         meta = {"run_id": run_id, "index": index, "round": round_index}
         path = self._path(round_index)
         partial = path.with_suffix(".partial")
         with partial.open("wb") as file:
             members: dict[str, Any] = {f"s{i}": a for i, a in enumerate(arrays)}
+            members |= {_OWED + name: a for name, a in (owed or {}).items()}
             np.savez(file, meta=np.frombuffer(json.dumps(meta).encode(), np.uint8), **members)
             file.flush()
             os.fsync(file.fileno())
@@ -92,7 +108,7 @@ class InnerStateStore:
     def _path(self, round_index: int) -> Path:
         return self.directory / f"round-{round_index:09d}.npz"
 
-    def load(self, run_id: str, before_round: int) -> tuple[int, list[np.ndarray]] | None:
+    def load(self, run_id: str, before_round: int) -> SavedState | None:
         """The newest intact state of `run_id` saved after a round before `before_round`."""
         for path in reversed(self._files()):
             try:
@@ -100,8 +116,10 @@ class InnerStateStore:
                     meta = json.loads(data["meta"].tobytes())
                     if meta["run_id"] != run_id or meta["round"] >= before_round:
                         continue
-                    arrays = [data[f"s{i}"] for i in range(len(data.files) - 1)]
-                return meta["round"], arrays
+                    owing = [f for f in data.files if f.startswith(_OWED)]
+                    owed = {f.removeprefix(_OWED): data[f] for f in owing}
+                    arrays = [data[f"s{i}"] for i in range(len(data.files) - 1 - len(owing))]
+                return SavedState(meta["round"], arrays, owed)
             except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
                 log.warning(
                     "saved inner state unreadable; trying an older one",
