@@ -132,14 +132,17 @@ def with_plugin_settings(
         if plugin not in declared:
             raise ConfigError(f"settings given for {plugin!r}, which no installed plugin is")
     plugins: dict[str, Any] = {}
-    for plugin, kind in declared.items():
+    # the run's algorithm first: a bad value of a flag that several plugins share (a
+    # setting of the same name) is refused in the words of the algorithm the user runs
+    for plugin in sorted(declared, key=lambda name: (name != config.algorithm, name)):
+        kind = declared[plugin]
         current = config.plugins.get(plugin)
         if plugin not in values and isinstance(current, kind):
             plugins[plugin] = build(plugin, kind, to_values(current))
         else:
             given = values.get(plugin, current if isinstance(current, Mapping) else {})
             plugins[plugin] = build(plugin, kind, given)
-    return dataclasses.replace(config, plugins=plugins)
+    return dataclasses.replace(config, plugins={name: plugins[name] for name in declared})
 
 
 def to_toml(config: RunConfig) -> str:

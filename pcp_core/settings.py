@@ -12,6 +12,7 @@ coercion and checks.
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +120,72 @@ def to_values(settings: Any) -> dict[str, Any]:
     """A settings dataclass as TOML values (None left out, paths as text)."""
     values = {f.name: getattr(settings, f.name) for f in dataclasses.fields(settings)}
     return {k: str(v) if isinstance(v, Path) else v for k, v in values.items() if v is not None}
+
+
+# Named exponents of `inner_lr_scaling` (WorkersLrSettings).
+INNER_LR_SCALINGS = {"sqrt": 0.5, "none": 0.0}
+SCALING_WRONG = "must be auto, sqrt, none or an exponent from 0 to 1"
+# `auto`: M^0.75 up to this many workers, their factor (2.83) beyond
+AUTO_SCALING_UP_TO = 4
+
+
+def lr_scale(scaling: str, workers: int) -> float | None:
+    """What `inner_lr_scaling` multiplies --lr and --min-lr by for M = `workers`: M^p for
+    a named exponent or a number p from 0 to 1, or `auto`'s M^0.75 capped at four
+    workers' 2.83; None for anything else."""
+    if scaling == "auto":
+        return min(workers, AUTO_SCALING_UP_TO) ** 0.75
+    exponent = INNER_LR_SCALINGS.get(scaling)
+    if exponent is None:
+        try:
+            exponent = float(scaling)
+        except ValueError:
+            return None
+    return workers**exponent if 0 <= exponent <= 1 else None
+
+
+@dataclass(frozen=True)
+class WorkersLrSettings:
+    """The workers' learning rate in an algorithm whose M workers each train on 1/M of
+    a step's batch and whose rounds merge their moves (DiLoCo's, SparseLoCo's): settings
+    such an algorithm's own settings inherit, so every one of them has the same flags
+    (`--inner-lr-scaling`, `--inner-warmup-steps`) and the same rule (`with_workers_lr`)."""
+
+    # A worker's batch is 1/M of the batch that M workers' averaged step sees, and Adam's
+    # progress per step in the noisy regime grows about with the square root of the batch;
+    # averaging M workers cancels their noise, so they can take larger steps still. M^0.75
+    # trained closer to synchronous training than √M or the lr as given, with the larger lr
+    # warmed up (below) so that the first rounds do not stall. Past four workers (a batch of
+    # 4 or 2 a worker) a larger factor lost, so it stays at four workers' 2.83
+    # (docs/diloco-quality.md, "Eight and sixteen workers").
+    inner_lr_scaling: str = setting(
+        "auto",
+        "the workers' inner learning rate is --lr and --min-lr (those of training "
+        "the same tokens a step on one machine) times a factor of M, the number of "
+        "workers: auto (M^0.75 up to four workers, 4^0.75 = 2.83 from there), an "
+        "exponent p from 0 to 1 (M^p), `sqrt` (0.5) or `none` (0: the lr as given, e.g. "
+        "one tuned for the workers).",
+        check=lambda value: None if lr_scale(value, 1) is not None else SCALING_WRONG,
+    )
+    inner_warmup_steps: int = setting(
+        400,
+        "The workers' learning rate warms up over this many steps (at most a third of "
+        "--steps) where that is longer than --warmup-steps; from scratch a shorter warm-up "
+        "to the scaled lr stalls the first rounds. 0: --warmup-steps alone.",
+        low=0,
+        high=MAX_STEPS,
+    )
+
+    def with_workers_lr(self, config: Any) -> Any:
+        """The run's config (a `RunConfig`, which is built on this module) with the
+        workers' learning rates (--lr and --min-lr times the factor
+        of `inner_lr_scaling` for its M) and warm-up (`inner_warmup_steps`, at most a
+        third of --steps, where longer than --warmup-steps)."""
+        scale = lr_scale(self.inner_lr_scaling, config.shepherd.workers) or 1.0
+        warmup = min(self.inner_warmup_steps, config.steps // 3)
+        return dataclasses.replace(
+            config,
+            lr=config.lr * scale,
+            min_lr=config.final_lr() * scale,
+            warmup_steps=max(config.warmup_steps, warmup),
+        )

@@ -8,19 +8,14 @@ import math
 from typing import Any
 
 from pcp_core.engine import ConfigError, RunConfig, RunSettings
-from pcp_diloco.settings import (
-    DilocoSettings,
-    DilocoWorkerSettings,
-    defaults_for,
-    lr_scale,
-)
+from pcp_diloco.settings import DilocoSettings, DilocoWorkerSettings, defaults_for
 
 
 def plan(config: RunConfig, plugins: Any) -> tuple[RunConfig, int]:
     """The config the workers' program is built from, and the number of rounds: H and the
     outer momentum chosen for its M where left to the default (DilocoSettings.for_workers),
-    a steps-per-call that divides a round's steps (H, or H/P with P fragments), the inner
-    learning rates of `inner_lr_scale`, the warm-up of `inner_warmup_steps` and the
+    a steps-per-call that divides a round's steps (H, or H/P with P fragments), the
+    workers' learning rates and warm-up (`WorkersLrSettings.with_workers_lr`) and the
     momentum decay of `inner_momentum_decay`."""
     given: DilocoSettings = config.settings("diloco")
     diloco = given.for_workers(config.shepherd.workers, config.steps)
@@ -37,23 +32,12 @@ def plan(config: RunConfig, plugins: Any) -> tuple[RunConfig, int]:
             "it needs --overlap none, --fragments 1 and --round-budget steps"
         )
     steps_per_call = math.gcd(config.steps_per_call, diloco.round_steps)
-    scale = inner_lr_scale(config)
     planned = dataclasses.replace(
-        config,
+        diloco.with_workers_lr(config),
         steps_per_call=steps_per_call,
-        lr=config.lr * scale,
-        min_lr=config.final_lr() * scale,
-        warmup_steps=inner_warmup_steps(config),
         plugins={**config.plugins, "diloco": diloco, **inner_momentum_decay(config, plugins)},
     )
     return planned, config.steps // diloco.round_steps
-
-
-def inner_lr_scale(config: RunConfig) -> float:
-    """What the workers' inner learning rates are --lr and --min-lr multiplied by, for M
-    workers under `--inner-lr-scaling` (pcp_diloco.settings.lr_scale)."""
-    diloco: DilocoSettings = config.settings("diloco")
-    return lr_scale(diloco.inner_lr_scaling, config.shepherd.workers) or 1.0
 
 
 def inner_momentum_decay(config: RunConfig, plugins: Any) -> dict[str, Any]:
@@ -73,13 +57,6 @@ def inner_momentum_decay(config: RunConfig, plugins: Any) -> dict[str, Any]:
             return {}
         chosen = defaults_for(config.shepherd.workers).inner_momentum_decay
     return {config.optimizer: dataclasses.replace(own, **{name: chosen})}
-
-
-def inner_warmup_steps(config: RunConfig) -> int:
-    """The workers' warm-up: --inner-warmup-steps, at most a third of the run, or
-    --warmup-steps where that is longer."""
-    diloco: DilocoSettings = config.settings("diloco")
-    return max(config.warmup_steps, min(diloco.inner_warmup_steps, config.steps // 3))
 
 
 def schedule_counters(config: RunConfig, plugins: Any, program: Any) -> list[str]:

@@ -5,33 +5,14 @@ what its worker side is told with the program."""
 from dataclasses import dataclass, replace
 from typing import NamedTuple
 
-from pcp_core.settings import MAX_STEPS, ConfigError, setting
-
-# Named exponents of --inner-lr-scaling (see DilocoSettings.inner_lr_scaling).
-INNER_LR_SCALINGS = {"sqrt": 0.5, "none": 0.0}
-SCALING_WRONG = "must be auto, sqrt, none or an exponent from 0 to 1"
-# `auto`: M^0.75 up to this many workers, their factor (2.83) beyond
-AUTO_SCALING_UP_TO = 4
-
-
-def lr_scale(scaling: str, workers: int) -> float | None:
-    """What --inner-lr-scaling multiplies --lr and --min-lr by for M = `workers`: M^p for
-    a named exponent or a number p from 0 to 1, or `auto`'s M^0.75 capped at four
-    workers' 2.83; None for anything else."""
-    if scaling == "auto":
-        return min(workers, AUTO_SCALING_UP_TO) ** 0.75
-    exponent = INNER_LR_SCALINGS.get(scaling)
-    if exponent is None:
-        try:
-            exponent = float(scaling)
-        except ValueError:
-            return None
-    return workers**exponent if 0 <= exponent <= 1 else None
+from pcp_core.settings import MAX_STEPS, ConfigError, WorkersLrSettings, setting
 
 
 @dataclass(frozen=True)
-class DilocoSettings:
-    """What `pcp train --algorithm diloco` adds to a run's settings."""
+class DilocoSettings(WorkersLrSettings):
+    """What `pcp train --algorithm diloco` adds to a run's settings (the workers' learning
+    rate, `inner_lr_scaling` and `inner_warmup_steps`, as every algorithm of M workers on
+    1/M of a step's batch has it: `WorkersLrSettings`)."""
 
     inner_steps: int | None = setting(
         None,
@@ -55,30 +36,6 @@ class DilocoSettings:
         low=0,
         high=1,
         high_open=True,
-    )
-    # A worker's batch is 1/M of the batch that M workers' averaged step sees, and Adam's
-    # progress per step in the noisy regime grows about with the square root of the batch;
-    # averaging M workers cancels their noise, so they can take larger steps still. M^0.75
-    # trained closer to synchronous training than √M or the lr as given, with the larger lr
-    # warmed up (below) so that the first rounds do not stall. Past four workers (a batch of
-    # 4 or 2 a worker) a larger factor lost, so it stays at four workers' 2.83
-    # (docs/diloco-quality.md, "Eight and sixteen workers").
-    inner_lr_scaling: str = setting(
-        "auto",
-        "the workers' inner learning rate is --lr and --min-lr (those of training "
-        "the same tokens a step on one machine) times a factor of M, the number of "
-        "workers: auto (M^0.75 up to four workers, 4^0.75 = 2.83 from there), an "
-        "exponent p from 0 to 1 (M^p), `sqrt` (0.5) or `none` (0: the lr as given, e.g. "
-        "one tuned for the workers).",
-        check=lambda value: None if lr_scale(value, 1) is not None else SCALING_WRONG,
-    )
-    inner_warmup_steps: int = setting(
-        400,
-        "The workers' learning rate warms up over this many steps (at most a third of "
-        "--steps) where that is longer than --warmup-steps; from scratch a shorter warm-up "
-        "to the scaled lr stalls the first rounds. 0: --warmup-steps alone.",
-        low=0,
-        high=MAX_STEPS,
     )
     # A worker's AdamW first moment at the end of a round is the direction of its own
     # last steps, which the outer step has just replaced; carried into the next round it
