@@ -27,7 +27,10 @@ The shepherd's side
     part of the model a round moves. Checks: `StepGuard` undoes an implausible outer
     step, `outliers` and `step_norm` name the results behind it, `SpotChecks` re-runs
     sampled results. Clocks and utilisation: `Utilisation` accounts the workers' time.
-    Status: `RunStatus` (`ctx.status`). Checkpoints: `load_latest`, `CheckpointError`,
+    Reports: `outcome_record` gives the fields of a round's metrics record that its
+    outcome holds (the aggregator's view of each result, bytes, seconds);
+    `worker_losses`, `worker_steps` and `report_results` tell the run status what each
+    worker did. Status: `RunStatus` (`ctx.status`). Checkpoints: `load_latest`, `CheckpointError`,
     and `HELD_PREFIX`, the prefix of the workers' copy of the parameters in one.
 
 The worker's side
@@ -57,6 +60,12 @@ from pcp_core.settings import ConfigError
 from pcp_core.shepherd.aggregation import step_norm
 from pcp_core.shepherd.distributed import shepherd
 from pcp_core.shepherd.outcomes import RoundOutcome
+from pcp_core.shepherd.round_report import (
+    outcome_record,
+    report_results,
+    worker_losses,
+    worker_steps,
+)
 from pcp_core.shepherd.rounds import Scope
 from pcp_core.shepherd.session import Shepherd
 from pcp_core.shepherd.spot_checks import SpotChecks
@@ -96,11 +105,15 @@ __all__ = [
     "dispatch",
     "host",
     "load_latest",
+    "outcome_record",
     "outliers",
     "prepare",
+    "report_results",
     "run_local",
     "set_opt_tensors",
     "shepherd",
     "step_norm",
+    "worker_losses",
+    "worker_steps",
     "zero_opt_tensors",
 ]

@@ -32,6 +32,9 @@ from pcp_core.engine import (
     TrainingSetup,
     Utilisation,
     prepare,
+    report_results,
+    worker_losses,
+    worker_steps,
 )
 from pcp_core.engine import shepherd as open_shepherd
 from pcp_diloco import records
@@ -196,9 +199,9 @@ def one_round(
     )
     rounds.budget.learn(outcome.reported)
 
-    losses = records.worker_losses(outcome, config.steps_per_call)
-    steps = records.worker_steps(outcome)
-    records.report_results(ctx.status, outcome, losses, steps, rounds.tokens_per_step)
+    losses = worker_losses(outcome, config.steps_per_call)
+    steps = worker_steps(outcome)
+    report_results(ctx.status, outcome, losses, steps, rounds.tokens_per_step)
     state.tokens += sum(steps.values()) * rounds.tokens_per_step
     state.bytes_sent += outcome.bytes_sent
     state.bytes_received += outcome.bytes_received
