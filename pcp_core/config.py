@@ -69,7 +69,11 @@ def parse_model_settings(text: str | None) -> dict[str, int]:
 class RunConfig:
     # what to run
     backend: str = _opt("cpu", "Hardware backend (see `pcp plugins`); a shepherd validates on it.")
-    algorithm: str = _opt("local", "Training algorithm: `local` (one process) or `diloco`.")
+    algorithm: str = _opt(
+        "local",
+        "Training algorithm: `local` (one process), `diloco`, `sparseloco` (pcp-sparseloco), "
+        "or any an installed plugin registers (`pcp plugins`).",
+    )
     model: str = _opt("nanogpt", "Model to train.")
     optimizer: str = _opt("adamw", "Inner optimizer, compiled into the device program.")
     dataset: str = _opt("chars", "Dataset source.")

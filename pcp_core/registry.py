@@ -17,6 +17,8 @@ FIRST_PARTY: dict[tuple[str, str], str] = {
     ("optimizer", "adamw"): "pcp-adamw",
     ("optimizer", "nesterov"): "pcp-nesterov",
     ("algorithm", "diloco"): "pcp-diloco",
+    ("algorithm", "sparseloco"): "pcp-sparseloco",
+    ("codec", "sparse2"): "pcp-sparseloco",
     ("transport", "capnp-tcp"): "pcp-capnp-tcp",
     **{("codec", name): "pcp-codecs" for name in ("bf16", "int8", "fp4", "topk")},
 }

@@ -1,0 +1,200 @@
+"""SparseLoCo's two sides: the shepherd's rounds and a worker's round.
+
+The sparse messages are the core's codec machinery at work: the run names the `sparse2`
+codec for both directions with the run's density and chunk (`RunSettings.codec_options`)
+and the accumulator's decay (`RunSettings.feedback_decay`). A worker's error feedback is
+its accumulator, saved and restored with its inner state; the shepherd's copy of the
+parameters the workers hold (`Shepherd.downlink`) is the downlink's, saved with each
+checkpoint, so `--resume` goes on along the same trajectory.
+"""
+
+import dataclasses
+import json
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import structlog
+
+from pcp_core.engine import (
+    HELD_PREFIX,
+    Assignment,
+    CheckpointError,
+    ConfigError,
+    OneInFlight,
+    RoundWork,
+    RunContext,
+    RunSettings,
+    Tensor,
+    TransportError,
+    Utilisation,
+    WorkerSession,
+    dispatch,
+    load_latest,
+    outcome_record,
+    prepare,
+    report_results,
+    shepherd,
+    worker_losses,
+    worker_steps,
+)
+from pcp_sparseloco import SparseLocoSettings
+
+log = structlog.get_logger(__name__)
+
+CODEC = "sparse2"
+
+
+@dataclass
+class RunState:
+    """Where the run is: saved with every checkpoint, so `--resume` continues from it."""
+
+    run_id: str  # a worker's saved inner state (and accumulator) is only used for it
+    next_round: int = 0
+    tokens: int = 0
+    bytes_sent: int = 0
+    bytes_received: int = 0
+
+
+def run_settings(settings: SparseLocoSettings, run_id: str, audited: bool) -> RunSettings:
+    """What every worker is told: the sparse codec both ways, the accumulator's decay, and
+    whether its results are spot-checked (`--spot-check`). A checkpoint every round: the
+    newest two inner states cover a restart."""
+    return RunSettings(
+        algorithm="sparseloco",
+        run_id=run_id,
+        inner_states_kept=2,
+        codec=CODEC,
+        codec_down=CODEC,
+        codec_options={"density": settings.density, "chunk": settings.chunk},
+        codec_down_options={"density": settings.down_density, "chunk": settings.chunk},
+        feedback_decay=settings.feedback_decay,
+        audited=audited,
+    )
+
+
+def run(ctx: RunContext) -> dict[str, Any]:
+    """Round after round: the workers' sparse messages averaged, the global parameters
+    moved by that times the outer learning rate. The run's summary."""
+    config = ctx.config
+    settings: SparseLocoSettings = config.settings("sparseloco")
+    steps = settings.inner_steps
+    if steps % config.steps_per_call:
+        raise ConfigError(f"sparseloco.inner_steps ({steps}) must be a multiple of "
+                          f"--steps-per-call ({config.steps_per_call})")  # fmt: skip
+    workers = config.shepherd.workers
+    trainers = config.local_worker_backends() if ctx.local_workers else []
+    config = settings.with_workers_lr(config)  # the workers' program's learning rates
+    setup = prepare(config, ctx.plugins, trainers=trainers, shepherd=True)
+    params = setup.initial_params()
+    state, held = RunState(uuid.uuid4().hex), dict[str, np.ndarray]()
+    if ctx.resume:
+        state, held = resume(ctx, setup, params)
+    mean = [np.zeros_like(p) for p in params]  # each round's merged message (run_round)
+    rounds = max(1, config.steps // steps)
+    ctx.status.describe(rounds=rounds, model=config.model, parameters=setup.program.parameter_count)
+    loss, val_loss = float("nan"), float("nan")
+    saving = OneInFlight("checkpoint")
+    told = run_settings(settings, state.run_id, audited=config.shepherd.spot_check > 0)
+    with shepherd(ctx, setup, told) as herd:
+        herd.downlink().load_state(held)
+        herd.wait_for_workers(workers, config.shepherd.join_timeout)
+        utilisation = Utilisation(workers)
+        ctx.progress.start(rounds * steps, f"sparseloco on {workers} workers")
+        for index in range(state.next_round, rounds):
+
+            def assignment(worker: int, index: int = index) -> Assignment:
+                return Assignment(index, steps, (worker + index) % workers, workers, config.seed)
+
+            outcome = herd.run_round(index, params, mean, assignment)
+            for param, moved in zip(params, mean, strict=True):
+                param -= np.float32(settings.outer_lr) * moved
+            losses = worker_losses(outcome, config.steps_per_call)
+            steps_run = worker_steps(outcome)
+            report_results(ctx.status, outcome, losses, steps_run, setup.tokens_per_step())
+            loss = float(np.mean(list(losses.values())))
+            state.next_round = index + 1
+            state.tokens += sum(steps_run.values()) * setup.tokens_per_step()
+            state.bytes_sent += outcome.bytes_sent
+            state.bytes_received += outcome.bytes_received
+            record: dict[str, Any] = {
+                "round": index,
+                "step": (index + 1) * steps,
+                "loss": loss,
+                "worker_losses": losses,
+                "tokens": state.tokens,
+            } | outcome_record(outcome)
+            if index == rounds - 1 or setup.evaluates_after((index + 1) * steps, steps):
+                val_loss = record["val_loss"] = setup.validation_loss(params)
+            ctx.metrics.write(record | utilisation.round(outcome.results))
+            ctx.progress.update((index + 1) * steps, loss=loss)
+            saving.wait()  # the last round's checkpoint, before this one's
+            saving.submit(checkpoint(ctx, setup, params, herd.downlink().state(), state))
+        saving.wait()
+    wall_time_s = ctx.metrics.elapsed()
+    summary = setup.summary(loss, val_loss, state.tokens, state.tokens / wall_time_s, wall_time_s)
+    return summary | {
+        "rounds": rounds,
+        "bytes_sent": state.bytes_sent,
+        "bytes_received": state.bytes_received,
+    }
+
+
+def checkpoint(
+    ctx: RunContext,
+    setup: Any,
+    params: list[np.ndarray],
+    held: dict[str, np.ndarray],
+    state: RunState,
+) -> Any:
+    """A round's checkpoint, written on the saving thread: copies of the parameters,
+    the copy the workers hold, and where the run is."""
+    params = [p.copy() for p in params]
+    metadata = {"sparseloco": dataclasses.asdict(state)}
+    step = state.next_round * ctx.config.settings("sparseloco").inner_steps
+
+    def write() -> None:
+        setup.save_checkpoint(ctx.run_dir, params, step, extra=held, resume=metadata)
+
+    return write
+
+
+def resume(
+    ctx: RunContext, setup: Any, params: list[np.ndarray]
+) -> tuple[RunState, dict[str, np.ndarray]]:
+    """Load the run directory's last intact checkpoint into `params`; where the run is,
+    and the copy of the parameters the workers held. The metrics of later rounds go
+    (they are run again)."""
+    tensors, metadata = load_latest(ctx.run_dir / "checkpoint.safetensors")
+    if "sparseloco" not in metadata:
+        raise CheckpointError(
+            f"{ctx.run_dir}: the checkpoint is not from a sparseloco run, it cannot be resumed"
+        )
+    state = RunState(**json.loads(metadata["sparseloco"]))
+    for name, array in zip(setup.param_names(), params, strict=True):
+        array[...] = tensors[name]
+    ctx.metrics.keep_only(lambda record: record.get("round", -1) < state.next_round)
+    log.info("resuming", run_dir=str(ctx.run_dir), round=state.next_round)
+    return state, {k: v for k, v in tensors.items() if k.startswith(HELD_PREFIX)}
+
+
+def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
+    """Train the round's steps from the global parameters it brings; how far they moved
+    (the core's error feedback adds it to the accumulator and sends the sparse part)."""
+    executor = session.executor
+    given = {tensor.name: tensor.array for tensor in assignment.tensors}
+    if set(given) != {spec.name for spec in executor.param_specs}:
+        raise TransportError(f"round {assignment.round} came without the whole model")
+    start = [given[spec.name] for spec in executor.param_specs]
+    executor.set_params(list(start))
+    started, losses = time.perf_counter(), []
+    for call in range(assignment.inner_steps // session.settings.steps_per_call):
+        finished = dispatch(executor, *session.batches(assignment, call))
+        losses += [float(loss) for loss in finished()]
+    moved = [
+        Tensor(spec.name, before - after)
+        for spec, before, after in zip(executor.param_specs, start, executor.params(), strict=True)
+    ]
+    return RoundWork(losses, time.perf_counter() - started, moved)
