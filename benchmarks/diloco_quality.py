@@ -17,13 +17,19 @@ loss, its ratio to the baseline's, the bytes sent, and the mean ratio of each ce
     python benchmarks/diloco_quality.py --variant old="--outer-lr 0.7 --outer-momentum 0.9"
     python benchmarks/diloco_quality.py --models tiny --workers 8 16     # many workers
     python benchmarks/diloco_quality.py --corpus mine=/elsewhere/text.txt --corpora mine
+    python benchmarks/diloco_quality.py --no-defaults --variant f32="--codec f32 --codec-down f32" \
+        --variant defaults="--algorithm sparseloco"      # SparseLoCo against float32 DiLoCo
 
 Eight and sixteen workers run the tiny model only on 2 cores (`--workers 8 16 --models
 tiny`: 17 processes a run, 30-50 s each). `--corpus NAME=PATH` adds a text of your own,
 kept outside the project, to check defaults on a corpus they were not tuned on.
 
 A `--variant NAME=FLAGS` adds DiLoCo runs with those flags on top of the defaults
-(for ablations); the baseline ignores them. The corpora:
+(for ablations); the baseline ignores them. A variant's flags may name another algorithm
+of M workers (`--variant defaults="--algorithm sparseloco"`, pip install pcp-sparseloco);
+its rows are named after it. Every row has the bytes of a steady round on the wire, each
+way, all workers together (the median of the rounds after the first, which sends the
+whole model). The corpora:
 
 - shakespeare: ../shared/data/tinyshakespeare.txt beside the checkout (skipped if absent);
 - village: the built-in generated corpus;
@@ -38,6 +44,7 @@ A `--variant NAME=FLAGS` adds DiLoCo runs with those flags on top of the default
 import argparse
 import json
 import shlex
+import statistics
 import subprocess
 import sys
 import sysconfig
@@ -122,11 +129,21 @@ def train(
         if done.returncode:
             sys.exit(f"failed: {shlex.join(command)}\n{done.stderr[-3000:]}")
         summary = json.loads((Path(out) / "run" / "summary.json").read_text())
+        records = (Path(out) / "run" / "metrics.jsonl").read_text().splitlines()
+    steady = [r for r in map(json.loads, records) if r.get("round", 0) > 0]  # not the first
     return {
         "val_loss": round(summary["final_val_loss"], 4),
         "bytes_sent": summary.get("bytes_sent", 0),
+        # a steady round's bytes on the wire each way, all workers together (median)
+        "round_bytes_sent": median_of(steady, "bytes_sent"),
+        "round_bytes_received": median_of(steady, "bytes_received"),
         "wall_s": round(time.perf_counter() - started, 1),
     }
+
+
+def median_of(records: list[dict], key: str) -> float:
+    values = [record[key] for record in records if key in record]
+    return statistics.median(values) if values else 0
 
 
 def main() -> None:
@@ -147,6 +164,11 @@ def main() -> None:
     )
     parser.add_argument("--variant", action="append", default=[], help="NAME=FLAGS")
     parser.add_argument(
+        "--no-defaults",
+        action="store_true",
+        help="only the --variant runs, not DiLoCo with its defaults",
+    )
+    parser.add_argument(
         "--workers", type=int, nargs="+", default=list(WORKERS), help="the M of the DiLoCo runs"
     )
     parser.add_argument(
@@ -166,7 +188,7 @@ def main() -> None:
     )
     parser.add_argument("--out", type=Path, default=RESULTS / "diloco_quality")
     args = parser.parse_args()
-    variants = {"defaults": []}
+    variants: dict[str, list[str]] = {} if args.no_defaults else {"defaults": []}
     for item in args.variant:
         name, _, flags = item.partition("=")
         variants[name] = shlex.split(flags)
@@ -208,9 +230,15 @@ def run_cell(
             ]  # fmt: skip
             result = train(data, shape, args.steps, diloco, args.backend)
             ratio = round(result["val_loss"] / baseline["val_loss"], 4)
-            rows.append({**cell, "run": f"diloco {name}", "workers": workers, **result,
-                         "ratio": ratio})  # fmt: skip
+            rows.append({**cell, "run": f"{algorithm_of(flags)} {name}", "workers": workers,
+                         **result, "ratio": ratio})  # fmt: skip
             write(rows, args)
+
+
+def algorithm_of(flags: list[str]) -> str:
+    """The algorithm a variant's flags run: the last `--algorithm` among them, else DiLoCo."""
+    named = [flags[i + 1] for i, flag in enumerate(flags[:-1]) if flag == "--algorithm"]
+    return named[-1] if named else "diloco"
 
 
 def mean_ratios(rows: list[dict]) -> list[dict]:
@@ -265,12 +293,15 @@ def write(rows: list[dict], args: argparse.Namespace) -> None:
         "",
         "Every run:",
         "",
-        "| corpus | model | seed | run | M | val loss | vs synchronous | MB sent | wall s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| corpus | model | seed | run | M | val loss | vs synchronous | MB sent | "
+        "KB a round, out / back | wall s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [
         f"| {r['corpus']} | {r['model']} | {r['seed']} | {r['run']} | {r['workers']} | "
         f"{r['val_loss']} | {(r['ratio'] - 1) * 100:+.1f}% | {r['bytes_sent'] / 1e6:.1f} | "
+        f"{r.get('round_bytes_sent', 0) / 1e3:.1f} / "
+        f"{r.get('round_bytes_received', 0) / 1e3:.1f} | "
         f"{r['wall_s']} |"
         for r in rows
     ]
