@@ -292,6 +292,11 @@ def problem(line: Line, outcome: Outcome, installs: bool = False) -> str | None:
     output = outcome.output
     if outcome.code is None:  # stopped here with Ctrl-C
         output = INTERRUPT_IN_FINALIZER.sub("", output)
+        if outcome.seconds > SLOW_START_S and not WORKING.search(output):
+            # stopped for taking too long: said so, not as the traceback the Ctrl-C left
+            return (
+                f"{line.where}: neither working nor refused after {outcome.seconds:.0f} s\n{tail}"
+            )
     traceback = output.find("Traceback (most recent call last)")
     if traceback >= 0:
         return f"{line.where}: a traceback\n{output[traceback : traceback + 3000]}"

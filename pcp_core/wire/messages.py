@@ -41,7 +41,9 @@ from pcp_core.wire.run_settings import WorkerSettings as WorkerSettings
 #     worker's own credential (pcp_core.wire.credentials)
 # 13: spot checks (RunSettings.audited): a Result commits to the state its round started
 #     from (Result.state_digest); the shepherd may ask for it (Audit -> AuditState)
-PROTOCOL_VERSION = 13
+# 14: codecs with options and decaying error feedback (RunSettings.codec_options,
+#     codec_down_options, feedback_decay)
+PROTOCOL_VERSION = 14
 
 
 @dataclass

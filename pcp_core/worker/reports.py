@@ -122,9 +122,10 @@ class Reports:
         inner state (with what error feedback owes after it), send its Result (and
         Delta, where pushed)."""
         started = time.perf_counter()
-        encoded = self.encoded(work.tensors)
+        tensors, norm = self.encoded(work.tensors)
+        encode_s = time.perf_counter() - started
         self.inner.finished(assignment.round)
-        self.send(assignment, work, encoded=(*encoded, time.perf_counter() - started))
+        self.send(assignment, work, encoded=(tensors, norm, encode_s))
 
     def send(
         self,

@@ -15,15 +15,15 @@ Body:
 - then the rest of each gap in unary (that many ones, then a zero), padded with ones to
   a whole byte. Only this part's length depends on the values; it is bounded, as the gaps
   of a chunk add up to less than the chunk.
-Positions so coded take 5.4 bits a kept value at the default 1/16 of 4,096 (12 as plain
-numbers; the gaps' entropy is 5.3) and 7.5 at 1/64: a chunk of the default takes about
-240 bytes, 0.06 bytes a value, 68 times fewer than float32; at 1/64, 205 times fewer.
+Rice codes are the prefix codes of geometric gaps, which a sparse chunk's are: positions
+so coded take about their entropy (docs/sparseloco.md has the bytes).
 
 A decoder refuses any body that is not exactly this: another length, a position past the
 end of its chunk, bits set or missing past the end, or a magnitude that is negative or not
 finite.
 """
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -33,16 +33,15 @@ from pcp_core.codecs import Codec, CodecError
 
 CHUNK = 4096
 DENSITY = 1 / 16
-CHUNKS = (64, 2**16)  # the chunk sizes a position of 16 bits or fewer can address
+CHUNKS = (64, 2**16)  # the chunk sizes whose gaps' low bits (at most 15) pack in 16 bits
 SCALE_BYTES = 4  # two bfloat16 magnitudes a chunk
 
 
 @dataclass(frozen=True)
 class Layout:
-    """How a tensor of `count` values is cut: `full` chunks of `chunk` values keeping `k`
-    each, then a chunk of `tail` values keeping `tail_k`."""
+    """How a tensor is cut: `full` chunks of `chunk` values keeping `k` each, then a
+    chunk of `tail` values keeping `tail_k`."""
 
-    count: int
     chunk: int
     full: int
     k: int
@@ -69,10 +68,11 @@ class SparseTwoBit(Codec):
     feedback = True
 
     def __init__(self, density: float = DENSITY, chunk: float = CHUNK) -> None:
-        if not 0 < density <= 0.5:
-            raise CodecError(f"sparse2: density {density} is not in (0, 0.5]")
-        if chunk != int(chunk) or not CHUNKS[0] <= chunk <= CHUNKS[1]:
-            raise CodecError(f"sparse2: chunk {chunk} is not a whole number in {CHUNKS}")
+        if not (isinstance(density, int | float) and 0 < density <= 0.5):
+            raise CodecError(f"sparse2: density {density!r} is not a number in (0, 0.5]")
+        whole = isinstance(chunk, int | float) and math.isfinite(chunk) and chunk == int(chunk)
+        if not (whole and CHUNKS[0] <= chunk <= CHUNKS[1]):
+            raise CodecError(f"sparse2: chunk {chunk!r} is not a whole number in {CHUNKS}")
         self.density, self.chunk = float(density), int(chunk)
         mean_gap = (self.chunk - self._keeps(self.chunk)) / self._keeps(self.chunk)
         self.low_bits = int(np.floor(np.log2(max(mean_gap * np.log(2), 1.0))))  # Rice's r
@@ -88,7 +88,7 @@ class SparseTwoBit(Codec):
 
     def layout(self, count: int) -> Layout:
         full, tail = divmod(count, self.chunk)
-        return Layout(count, self.chunk, full, self._keeps(self.chunk), tail, self._keeps(tail))
+        return Layout(self.chunk, full, self._keeps(self.chunk), tail, self._keeps(tail))
 
     def _fixed_bytes(self, shape: Layout) -> tuple[int, int, int]:
         """The bytes of the magnitudes, the codes and the gaps' low bits."""

@@ -10,6 +10,7 @@ checkpoint, so `--resume` goes on along the same trajectory.
 
 import dataclasses
 import json
+import math
 import time
 import uuid
 from dataclasses import dataclass
@@ -24,7 +25,9 @@ from pcp_core.engine import (
     CheckpointError,
     ConfigError,
     OneInFlight,
+    RoundOutcome,
     RoundWork,
+    RunConfig,
     RunContext,
     RunSettings,
     Tensor,
@@ -56,37 +59,55 @@ class RunState:
     tokens: int = 0
     bytes_sent: int = 0
     bytes_received: int = 0
+    val_loss: float | None = None
 
 
-def run_settings(settings: SparseLocoSettings, run_id: str, audited: bool) -> RunSettings:
+# Aggregators that merge value by value: a value that one worker of several sent (most
+# of a sparse message's) is an outlier to them, so they would merge it away.
+VALUE_WISE_AGGREGATORS = ("trimmed-mean", "median")
+
+
+def plan(config: RunConfig) -> RunConfig:
+    """The config the workers' program is built from: calls of the largest number of
+    steps that divides both --steps-per-call and H, and the workers' learning rate for
+    M workers; ConfigError for an aggregator that would merge the messages away."""
+    settings: SparseLocoSettings = config.settings("sparseloco")
+    if config.shepherd.aggregator in VALUE_WISE_AGGREGATORS:
+        raise ConfigError(
+            f"--aggregator {config.shepherd.aggregator} merges value by value, and most "
+            "values of a sparse message come from one worker: it would merge them away. "
+            "Use mean or centered-clip with sparseloco"
+        )
+    steps_per_call = math.gcd(config.steps_per_call, settings.inner_steps)
+    return settings.with_workers_lr(dataclasses.replace(config, steps_per_call=steps_per_call))
+
+
+def run_settings(config: RunConfig, run_id: str) -> RunSettings:
     """What every worker is told: the sparse codec both ways, the accumulator's decay, and
-    whether its results are spot-checked (`--spot-check`). A checkpoint every round: the
-    newest two inner states cover a restart."""
+    whether its results are spot-checked (`--spot-check`). A resumed run asks again for
+    up to --checkpoint-every rounds, one more where the last checkpoint was still being
+    written: each needs the inner state (and accumulator) it started from."""
+    settings: SparseLocoSettings = config.settings("sparseloco")
     return RunSettings(
         algorithm="sparseloco",
         run_id=run_id,
-        inner_states_kept=2,
+        inner_states_kept=config.shepherd.checkpoint_every + 2,
         codec=CODEC,
         codec_down=CODEC,
         codec_options={"density": settings.density, "chunk": settings.chunk},
         codec_down_options={"density": settings.down_density, "chunk": settings.chunk},
         feedback_decay=settings.feedback_decay,
-        audited=audited,
+        audited=config.shepherd.spot_check > 0,
     )
 
 
 def run(ctx: RunContext) -> dict[str, Any]:
     """Round after round: the workers' sparse messages averaged, the global parameters
     moved by that times the outer learning rate. The run's summary."""
-    config = ctx.config
+    config = plan(ctx.config)
     settings: SparseLocoSettings = config.settings("sparseloco")
-    steps = settings.inner_steps
-    if steps % config.steps_per_call:
-        raise ConfigError(f"sparseloco.inner_steps ({steps}) must be a multiple of "
-                          f"--steps-per-call ({config.steps_per_call})")  # fmt: skip
-    workers = config.shepherd.workers
+    steps, workers = settings.inner_steps, config.shepherd.workers
     trainers = config.local_worker_backends() if ctx.local_workers else []
-    config = settings.with_workers_lr(config)  # the workers' program's learning rates
     setup = prepare(config, ctx.plugins, trainers=trainers, shepherd=True)
     params = setup.initial_params()
     state, held = RunState(uuid.uuid4().hex), dict[str, np.ndarray]()
@@ -95,10 +116,9 @@ def run(ctx: RunContext) -> dict[str, Any]:
     mean = [np.zeros_like(p) for p in params]  # each round's merged message (run_round)
     rounds = max(1, config.steps // steps)
     ctx.status.describe(rounds=rounds, model=config.model, parameters=setup.program.parameter_count)
-    loss, val_loss = float("nan"), float("nan")
+    record: dict[str, Any] = {}
     saving = OneInFlight("checkpoint")
-    told = run_settings(settings, state.run_id, audited=config.shepherd.spot_check > 0)
-    with shepherd(ctx, setup, told) as herd:
+    with shepherd(ctx, setup, run_settings(config, state.run_id)) as herd:
         herd.downlink().load_state(held)
         herd.wait_for_workers(workers, config.shepherd.join_timeout)
         utilisation = Utilisation(workers)
@@ -111,35 +131,44 @@ def run(ctx: RunContext) -> dict[str, Any]:
             outcome = herd.run_round(index, params, mean, assignment)
             for param, moved in zip(params, mean, strict=True):
                 param -= np.float32(settings.outer_lr) * moved
-            losses = worker_losses(outcome, config.steps_per_call)
-            steps_run = worker_steps(outcome)
-            report_results(ctx.status, outcome, losses, steps_run, setup.tokens_per_step())
-            loss = float(np.mean(list(losses.values())))
-            state.next_round = index + 1
-            state.tokens += sum(steps_run.values()) * setup.tokens_per_step()
-            state.bytes_sent += outcome.bytes_sent
-            state.bytes_received += outcome.bytes_received
-            record: dict[str, Any] = {
-                "round": index,
-                "step": (index + 1) * steps,
-                "loss": loss,
-                "worker_losses": losses,
-                "tokens": state.tokens,
-            } | outcome_record(outcome)
-            if index == rounds - 1 or setup.evaluates_after((index + 1) * steps, steps):
-                val_loss = record["val_loss"] = setup.validation_loss(params)
+            record = round_record(ctx, setup, outcome, state, index)
+            if index == rounds - 1 or setup.evaluates_after(record["step"], steps):
+                state.val_loss = record["val_loss"] = setup.validation_loss(params)
             ctx.metrics.write(record | utilisation.round(outcome.results))
-            ctx.progress.update((index + 1) * steps, loss=loss)
-            saving.wait()  # the last round's checkpoint, before this one's
-            saving.submit(checkpoint(ctx, setup, params, herd.downlink().state(), state))
+            ctx.progress.update(record["step"], loss=record["loss"])
+            if index == rounds - 1 or state.next_round % config.shepherd.checkpoint_every == 0:
+                saving.wait()  # the last checkpoint, before this one
+                saving.submit(checkpoint(ctx, setup, params, herd.downlink().state(), state))
         saving.wait()
     wall_time_s = ctx.metrics.elapsed()
-    summary = setup.summary(loss, val_loss, state.tokens, state.tokens / wall_time_s, wall_time_s)
+    loss, tokens = record.get("loss", math.nan), state.tokens
+    summary = setup.summary(loss, state.val_loss, tokens, tokens / wall_time_s, wall_time_s)
     return summary | {
         "rounds": rounds,
         "bytes_sent": state.bytes_sent,
         "bytes_received": state.bytes_received,
     }
+
+
+def round_record(
+    ctx: RunContext, setup: Any, outcome: RoundOutcome, state: RunState, index: int
+) -> dict[str, Any]:
+    """Round `index` done: the run status told what each worker did, where the run is
+    moved on, and the round's metrics record."""
+    steps_per_call = ctx.config.steps_per_call
+    losses, steps_run = worker_losses(outcome, steps_per_call), worker_steps(outcome)
+    report_results(ctx.status, outcome, losses, steps_run, setup.tokens_per_step())
+    state.next_round = index + 1
+    state.tokens += sum(steps_run.values()) * setup.tokens_per_step()
+    state.bytes_sent += outcome.bytes_sent
+    state.bytes_received += outcome.bytes_received
+    return {
+        "round": index,
+        "step": state.next_round * ctx.config.settings("sparseloco").inner_steps,
+        "loss": float(np.mean(list(losses.values()))),
+        "worker_losses": losses,
+        "tokens": state.tokens,
+    } | outcome_record(outcome)
 
 
 def checkpoint(

@@ -64,11 +64,15 @@ def test_positions_take_near_their_entropy() -> None:
 
 def test_options_are_checked_in_one_line() -> None:
     for options, message in [
-        ({"density": 0.0}, "density 0.0 is not in"),
-        ({"density": 0.7}, "density 0.7 is not in"),
+        ({"density": 0.0}, "density 0.0 is not a number in"),
+        ({"density": 0.7}, "density 0.7 is not a number in"),
         ({"chunk": 32}, "chunk 32 is not"),
         ({"chunk": 100.5}, "chunk 100.5 is not"),
         ({"stride": 2}, "takes density and chunk, not stride"),
+        ({"chunk": float("nan")}, "chunk nan is not"),
+        ({"chunk": float("inf")}, "chunk inf is not"),
+        ({"chunk": None}, "chunk None is not"),
+        ({"density": "a lot"}, "density 'a lot' is not"),
     ]:
         with pytest.raises(CodecError, match=message):
             SPARSE2.tuned(options)

@@ -55,16 +55,27 @@ def test_rounds_move_fifty_times_fewer_bytes_than_float32_diloco(tmp_path: Path)
 
 
 def test_a_robust_aggregator_and_spot_checks(tmp_path: Path) -> None:
-    """The core's round machinery works for it: a trimmed mean merges the sparse results,
-    and spot checks re-run every result from the state its round started from (the
-    accumulator included) and find each honest."""
+    """The core's round machinery works for it: centered clipping merges four workers'
+    sparse messages and the model learns, and spot checks re-run every result from the
+    state its round started from (the accumulator included) and find each honest."""
     run = tmp_path / "run"
-    args = ("--workers", "3", "--steps", "30", "--aggregator", "trimmed-mean", "--spot-check", "1")
+    args = ("--workers", "4", "--batch-size", "4", "--steps", "40", "--eval-every", "10")
+    args += ("--aggregator", "centered-clip", "--spot-check", "1")
     result = run_pcp("train", *SPARSELOCO, *args, "--out", str(run), cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     rounds = rounds_of(run)
-    assert len(rounds) == 3 and all(not record["rejected"] for record in rounds)
-    assert sum(record["spot_checks"] for record in rounds) >= 3
+    assert len(rounds) == 4 and all(not record["rejected"] for record in rounds)
+    assert sum(record["spot_checks"] for record in rounds) >= 4
+    assert rounds[-1]["val_loss"] < rounds[0]["val_loss"]
+
+
+def test_value_wise_aggregators_are_refused(tmp_path: Path) -> None:
+    """A trimmed mean or a median would merge away values that one worker sent."""
+    for aggregator in ("trimmed-mean", "median"):
+        args = ("--workers", "4", "--aggregator", aggregator, "--out", str(tmp_path / "run"))
+        result = run_pcp("train", *SPARSELOCO, *args, "--overwrite", cwd=tmp_path)
+        assert result.returncode == 2, result.stderr[-3000:]
+        assert "merges value by value" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_settings_are_flags_and_bad_values_one_line(tmp_path: Path) -> None:
@@ -76,11 +87,13 @@ def test_settings_are_flags_and_bad_values_one_line(tmp_path: Path) -> None:
         assert result.stderr.startswith("error:") and "Traceback" not in result.stderr
 
 
-def test_a_round_not_a_multiple_of_a_call_is_refused(tmp_path: Path) -> None:
-    args = ("--inner-steps", "10", "--steps-per-call", "4", "--out", str(tmp_path / "run"))
+def test_rounds_of_any_length_run_in_calls_that_divide_them(tmp_path: Path) -> None:
+    """H = 5 under the default 10 steps a call: calls of 5 steps."""
+    run = tmp_path / "run"
+    args = ("--workers", "2", "--inner-steps", "5", "--steps", "20", "--out", str(run))
     result = run_pcp("train", *SPARSELOCO, *args, cwd=tmp_path)
-    assert result.returncode == 2, result.stderr[-3000:]
-    assert "multiple of --steps-per-call" in result.stderr and "Traceback" not in result.stderr
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert [record["step"] for record in rounds_of(run)] == [5, 10, 15, 20]
 
 
 @pytest.mark.slow
