@@ -35,8 +35,10 @@ The shepherd's side
 
 The worker's side
     The session: `WorkerSession`. Round work: what `worker_round` returns, `RoundWork`,
-    and `TransportError`, a link lost in a round. Dispatch: `dispatch` runs a device
-    call, `set_opt_tensors` and `zero_opt_tensors` set the inner optimizer's state.
+    and `TransportError`, a link lost in a round; `steps_from_global`, the whole round of
+    an algorithm whose workers train from the global parameters every round. Dispatch:
+    `dispatch` runs a device call, `set_opt_tensors` and `zero_opt_tensors` set the
+    inner optimizer's state.
     Tensors: `Tensor`, a named array as it crosses the wire.
 
 Outer optimizers
@@ -75,7 +77,7 @@ from pcp_core.watch.run_status import RunStatus
 from pcp_core.wire.downlink import HELD_PREFIX
 from pcp_core.wire.messages import Assignment, Result, RunSettings, Tensor
 from pcp_core.wire.transport import TransportError
-from pcp_core.worker.session import RoundWork, WorkerSession
+from pcp_core.worker.session import RoundWork, WorkerSession, steps_from_global
 
 __all__ = [
     "HELD_PREFIX",
@@ -113,6 +115,7 @@ __all__ = [
     "set_opt_tensors",
     "shepherd",
     "step_norm",
+    "steps_from_global",
     "worker_losses",
     "worker_steps",
     "zero_opt_tensors",

@@ -5,6 +5,7 @@ restarted worker, or a round the shepherd asks for again, starts from the state 
 round started from.
 """
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -12,11 +13,12 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.backends import Executor
+from pcp_core.backends import Executor, dispatch
 from pcp_core.codecs import Feedback
 from pcp_core.program.background import OneInFlight
 from pcp_core.wire.downlink import HeldParameters
 from pcp_core.wire.messages import Assignment, Tensor, WorkerSettings
+from pcp_core.wire.transport import TransportError
 from pcp_core.worker.state import InnerStateStore, SavedState
 
 log = structlog.get_logger(__name__)
@@ -78,6 +80,28 @@ class RoundWork:
 
 
 WorkerRound = Callable[[WorkerSession, Assignment], RoundWork]
+
+
+def steps_from_global(session: WorkerSession, assignment: Assignment) -> RoundWork:
+    """The round of an algorithm whose workers train from the global parameters every
+    round (federated averaging's, SparseLoCo's): the global parameters the Assignment
+    brings (the whole model) into the executor, the round's steps, and how far each
+    parameter moved. TransportError for an Assignment without the whole model."""
+    executor = session.executor
+    given = {tensor.name: tensor.array for tensor in assignment.tensors}
+    if set(given) != {spec.name for spec in executor.param_specs}:
+        raise TransportError(f"round {assignment.round} came without the whole model")
+    start = [given[spec.name] for spec in executor.param_specs]
+    executor.set_params(list(start))
+    started, losses = time.perf_counter(), []
+    for call in range(assignment.inner_steps // session.settings.steps_per_call):
+        finished = dispatch(executor, *session.batches(assignment, call))
+        losses += [float(loss) for loss in finished()]
+    moved = [
+        Tensor(spec.name, before - after)
+        for spec, before, after in zip(executor.param_specs, start, executor.params(), strict=True)
+    ]
+    return RoundWork(losses, time.perf_counter() - started, moved)
 
 
 @dataclass

@@ -31,9 +31,9 @@ def _run(ctx):
 
 
 def _worker_round(session, assignment):
-    from pcp_fedavg.rounds import worker_round
+    from pcp_core.engine import steps_from_global  # the round: steps from the global model
 
-    return worker_round(session, assignment)
+    return steps_from_global(session, assignment)
 
 
 @hookimpl

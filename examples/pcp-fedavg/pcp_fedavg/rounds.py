@@ -1,6 +1,6 @@
-"""Federated averaging's two sides: the shepherd's rounds and a worker's round."""
+"""Federated averaging's shepherd side: its rounds (a worker's round is the engine's
+`steps_from_global`)."""
 
-import time
 import uuid
 from typing import Any
 
@@ -9,14 +9,9 @@ import numpy as np
 from pcp_core.engine import (
     Assignment,
     ConfigError,
-    RoundWork,
     RunContext,
     RunSettings,
-    Tensor,
-    TransportError,
     Utilisation,
-    WorkerSession,
-    dispatch,
     prepare,
     shepherd,
 )
@@ -64,22 +59,3 @@ def run(ctx: RunContext) -> dict[str, Any]:
     setup.save_checkpoint(ctx.run_dir, params, rounds * steps)  # what `pcp sample` reads
     wall_time_s = ctx.metrics.elapsed()
     return setup.summary(loss, val_loss, tokens, tokens / wall_time_s, wall_time_s)
-
-
-def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
-    """Train the round's steps from the global parameters it brings; what changed."""
-    executor = session.executor
-    given = {tensor.name: tensor.array for tensor in assignment.tensors}
-    if set(given) != {spec.name for spec in executor.param_specs}:
-        raise TransportError(f"round {assignment.round} came without the whole model")
-    start = [given[spec.name] for spec in executor.param_specs]
-    executor.set_params(list(start))
-    started, losses = time.perf_counter(), []
-    for call in range(assignment.inner_steps // session.settings.steps_per_call):
-        finished = dispatch(executor, *session.batches(assignment, call))
-        losses += [float(loss) for loss in finished()]
-    moved = [
-        Tensor(spec.name, before - after)
-        for spec, before, after in zip(executor.param_specs, start, executor.params(), strict=True)
-    ]
-    return RoundWork(losses, time.perf_counter() - started, moved)

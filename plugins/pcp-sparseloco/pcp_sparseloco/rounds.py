@@ -1,4 +1,5 @@
-"""SparseLoCo's two sides: the shepherd's rounds and a worker's round.
+"""SparseLoCo's shepherd side: its rounds (a worker's round is the engine's
+`steps_from_global`; what makes it SparseLoCo's is the codec and its feedback).
 
 The sparse messages are the core's codec machinery at work: the run names the `sparse2`
 codec for both directions with the run's density and chunk (`RunSettings.codec_options`)
@@ -11,7 +12,6 @@ checkpoint, so `--resume` goes on along the same trajectory.
 import dataclasses
 import json
 import math
-import time
 import uuid
 from dataclasses import dataclass
 from typing import Any
@@ -26,15 +26,10 @@ from pcp_core.engine import (
     ConfigError,
     OneInFlight,
     RoundOutcome,
-    RoundWork,
     RunConfig,
     RunContext,
     RunSettings,
-    Tensor,
-    TransportError,
     Utilisation,
-    WorkerSession,
-    dispatch,
     load_latest,
     outcome_record,
     prepare,
@@ -207,23 +202,3 @@ def resume(
     ctx.metrics.keep_only(lambda record: record.get("round", -1) < state.next_round)
     log.info("resuming", run_dir=str(ctx.run_dir), round=state.next_round)
     return state, {k: v for k, v in tensors.items() if k.startswith(HELD_PREFIX)}
-
-
-def worker_round(session: WorkerSession, assignment: Assignment) -> RoundWork:
-    """Train the round's steps from the global parameters it brings; how far they moved
-    (the core's error feedback adds it to the accumulator and sends the sparse part)."""
-    executor = session.executor
-    given = {tensor.name: tensor.array for tensor in assignment.tensors}
-    if set(given) != {spec.name for spec in executor.param_specs}:
-        raise TransportError(f"round {assignment.round} came without the whole model")
-    start = [given[spec.name] for spec in executor.param_specs]
-    executor.set_params(list(start))
-    started, losses = time.perf_counter(), []
-    for call in range(assignment.inner_steps // session.settings.steps_per_call):
-        finished = dispatch(executor, *session.batches(assignment, call))
-        losses += [float(loss) for loss in finished()]
-    moved = [
-        Tensor(spec.name, before - after)
-        for spec, before, after in zip(executor.param_specs, start, executor.params(), strict=True)
-    ]
-    return RoundWork(losses, time.perf_counter() - started, moved)
