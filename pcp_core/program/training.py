@@ -89,6 +89,21 @@ class TrainingSetup:
         every = self.config.save_every
         return bool(every) and step // every > (step - stride) // every
 
+    def resume_from(
+        self, run_dir: Path, params: list[np.ndarray], algorithm: str
+    ) -> tuple[dict[str, str], dict[str, np.ndarray]]:
+        """Load the run directory's last intact checkpoint into `params`: its metadata
+        (what `algorithm` saved to resume from is under its name, as JSON) and every
+        tensor in it. CheckpointError where it is not from a run of `algorithm`."""
+        tensors, metadata = checkpoint.load_latest(run_dir / "checkpoint.safetensors")
+        if algorithm not in metadata:
+            raise checkpoint.CheckpointError(
+                f"{run_dir}: the checkpoint is not from a {algorithm} run, it cannot be resumed"
+            )
+        for name, array in zip(self.param_names(), params, strict=True):
+            array[...] = tensors[name]
+        return metadata, tensors
+
     def save_checkpoint(
         self,
         run_dir: Path,

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import structlog
 
-from pcp_core.engine import HELD_PREFIX, CheckpointError, RunContext, Shepherd, load_latest
+from pcp_core.engine import HELD_PREFIX, RunContext, Shepherd
 from pcp_diloco.outer_steps import FragmentSteps
 
 log = structlog.get_logger(__name__)
@@ -60,14 +60,8 @@ def resume(
     optimizer; drop the metrics of rounds after it (they are run again). Returns where
     the run is, the copy of the parameters the workers held (`Downlink.load_state`) and
     the aggregator's and the strikes' state."""
-    tensors, metadata = load_latest(ctx.run_dir / "checkpoint.safetensors")
-    if "diloco" not in metadata:
-        raise CheckpointError(
-            f"{ctx.run_dir}: the checkpoint is not from a diloco run, it cannot be resumed"
-        )
+    metadata, tensors = setup.resume_from(ctx.run_dir, params, "diloco")
     state = RunState(**json.loads(metadata["diloco"]))
-    for name, array in zip(setup.param_names(), params, strict=True):
-        array[...] = tensors[name]
     held = {k: v for k, v in tensors.items() if k.startswith(HELD_PREFIX)}
     aggregator = {
         k.removeprefix(AGGREGATOR_PREFIX): v

@@ -22,7 +22,6 @@ import structlog
 from pcp_core.engine import (
     HELD_PREFIX,
     Assignment,
-    CheckpointError,
     ConfigError,
     OneInFlight,
     RoundOutcome,
@@ -30,7 +29,6 @@ from pcp_core.engine import (
     RunContext,
     RunSettings,
     Utilisation,
-    load_latest,
     outcome_record,
     prepare,
     report_results,
@@ -191,14 +189,8 @@ def resume(
     """Load the run directory's last intact checkpoint into `params`; where the run is,
     and the copy of the parameters the workers held. The metrics of later rounds go
     (they are run again)."""
-    tensors, metadata = load_latest(ctx.run_dir / "checkpoint.safetensors")
-    if "sparseloco" not in metadata:
-        raise CheckpointError(
-            f"{ctx.run_dir}: the checkpoint is not from a sparseloco run, it cannot be resumed"
-        )
+    metadata, tensors = setup.resume_from(ctx.run_dir, params, "sparseloco")
     state = RunState(**json.loads(metadata["sparseloco"]))
-    for name, array in zip(setup.param_names(), params, strict=True):
-        array[...] = tensors[name]
     ctx.metrics.keep_only(lambda record: record.get("round", -1) < state.next_round)
     log.info("resuming", run_dir=str(ctx.run_dir), round=state.next_round)
     return state, {k: v for k, v in tensors.items() if k.startswith(HELD_PREFIX)}
