@@ -73,6 +73,7 @@ INTERRUPT_IN_FINALIZER = re.compile(
 USAGE = re.compile(r"^Usage: pcp|No such option|Try 'pcp .*--help'", re.M)
 NOT_INSTALLED = re.compile(r"unknown (optimizer|backend|algorithm|codec|launcher|model) '[\w-]+'")
 SLOW_START_S = 240  # a first compile of a new model size on a 2-core machine
+REFUSAL_EXIT_S = 15  # how long a command that refused may take to exit by itself
 TEXT = "".join(  # with the prompts the docs give: "ROMEO:", "The "
     f"ROMEO: The {name} walks to the {place} and sells {count} loaves of bread before dusk.\n"
     for count in range(120)
@@ -256,6 +257,12 @@ def run_line(line: Line, folder: Path) -> Outcome:
             waited = time.monotonic() - started
             if WORKING.search(output) and serves(line):
                 return Outcome(None, output, waited, server=process)
+            if ELSEWHERE.search(output) and not WORKING.search(output):
+                # a refusal exits by itself: a Ctrl-C now would land in its exit handlers
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    process.wait(timeout=REFUSAL_EXIT_S)
+                if process.poll() is not None:
+                    break
             if WORKING.search(output) or ELSEWHERE.search(output) or waited > SLOW_START_S:
                 stop(process)
                 return Outcome(None, log.read_text(errors="replace"), waited)
