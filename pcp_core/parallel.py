@@ -14,7 +14,7 @@ would wait on work queued behind them.
 import math
 import os
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from functools import cache
 from typing import Any, TypeVar
 
@@ -69,6 +69,20 @@ def each(function: Callable[[A], T], items: Sequence[A], elements: int) -> list[
     if elements < PARALLEL_FROM * PIECE or len(items) < 2:
         return [function(item) for item in items]
     return list(pool().map(function, items))
+
+
+def later(function: Callable[[], T], elements: int) -> Future[T]:
+    """`function()` on the host's pool, its future: one part of a pass over `elements` in
+    all that comes part by part (a message's tensors as they are read). Where the whole
+    pass holds fewer than PARALLEL_FROM pieces' worth, it runs now, in this thread."""
+    if elements >= PARALLEL_FROM * PIECE:
+        return pool().submit(function)
+    done: Future[T] = Future()
+    try:
+        done.set_result(function())
+    except Exception as error:  # handed on, as the pool's future would
+        done.set_exception(error)
+    return done
 
 
 def _flat(array: Any) -> np.ndarray:

@@ -60,6 +60,20 @@ def test_each_passes_an_items_error_on() -> None:
         parallel.each(fail_on_three, list(range(8)), elements=10**6)
 
 
+def test_later_runs_on_the_pool_for_a_large_pass_and_here_for_a_small_one() -> None:
+    def where() -> str:
+        return threading.current_thread().name
+
+    assert parallel.later(where, elements=4000).result().startswith("pcp-host")
+    assert parallel.later(where, elements=3999).result() == threading.current_thread().name
+
+    def fail() -> None:
+        raise ValueError("here")
+
+    with pytest.raises(ValueError, match="here"):  # handed on by the future, as the pool's
+        parallel.later(fail, elements=0).result()
+
+
 def test_the_norm_is_the_sum_of_the_pieces_in_order_whatever_the_threads() -> None:
     arrays = tensors(1)
     expected = 0.0

@@ -28,12 +28,14 @@ import threading
 import time
 from collections import deque
 from collections.abc import Iterator, Sequence
+from concurrent import futures
+from concurrent.futures import Future
 from contextlib import contextmanager
 
 import numpy as np
 
 from pcp_core.codecs import Codec, CodecError, decode_tensor, max_encoded_bytes
-from pcp_core.parallel import all_finite, contiguous, delta_norm, pieces
+from pcp_core.parallel import all_finite, contiguous, delta_norm, later, pieces
 from pcp_core.program.build import TensorSpec
 from pcp_core.wire.messages import Result
 from pcp_core.wire.transport import TensorHeader, TransportError
@@ -153,7 +155,8 @@ class DeltaSink:
 
     Under a codec (`RunSettings.codec` other than f32) each tensor comes as the bytes of
     its encoding, at most as many as the codec may take for it; they are decoded into
-    the staging buffer, and bytes that decode to nothing make the delta malformed."""
+    the staging buffer on the host's cores while the next ones are read, and bytes that
+    decode to nothing make the delta malformed (raised when the last tensor is read)."""
 
     def __init__(
         self, arrays: list[np.ndarray], specs: list[TensorSpec], codec: Codec | None = None
@@ -161,7 +164,10 @@ class DeltaSink:
         self.arrays, self.specs, self.codec = arrays, specs, codec
         self.filled_count = 0
         self.received_bytes = 0  # the tensors as they crossed the link
-        self.decode_s = 0.0
+        self.decode_s = 0.0  # the receiving thread's time on decoding (its waits included)
+        self._elements = sum(math.prod(spec.shape) for spec in specs)
+        self._decoding: list[Future[None]] = []
+        self._failed = False  # a decoding failed: raised at the next tensor
 
     def buffer(self, index: int, header: TensorHeader) -> np.ndarray:
         spec = self.specs[index] if index < len(self.specs) else None
@@ -186,16 +192,35 @@ class DeltaSink:
         return np.empty(header.shape, np.uint8)
 
     def filled(self, index: int, header: TensorHeader, array: np.ndarray) -> None:
-        if self.codec is not None:
-            started = time.perf_counter()
-            try:
-                decoded = decode_tensor(self.codec, array.tobytes(), self.specs[index].shape)
-            except CodecError as error:
-                raise MalformedDelta(f"tensor {header.name}: {error}") from error
-            np.copyto(self.arrays[index], decoded)
-            self.decode_s += time.perf_counter() - started
         self.received_bytes += array.nbytes
         self.filled_count += 1
+        if self.codec is None:
+            return
+        started = time.perf_counter()
+        decoding = later(lambda: self._decode(index, header, array), self._elements)
+        decoding.add_done_callback(self._note_failure)
+        self._decoding.append(decoding)
+        if self._failed or self.filled_count == len(self.specs):  # the last: wait for all
+            self.settle()
+            for decoding in self._decoding:
+                decoding.result()
+        self.decode_s += time.perf_counter() - started
+
+    def _note_failure(self, decoding: Future[None]) -> None:
+        self._failed = self._failed or decoding.exception() is not None
+
+    def settle(self) -> None:
+        """Wait until no decoding writes into the arrays any more (a delta cut short, or
+        refused, leaves its buffer only after this)."""
+        futures.wait(self._decoding)
+
+    def _decode(self, index: int, header: TensorHeader, array: np.ndarray) -> None:
+        assert self.codec is not None
+        try:
+            decoded = decode_tensor(self.codec, array.tobytes(), self.specs[index].shape)
+        except CodecError as error:
+            raise MalformedDelta(f"tensor {header.name}: {error}") from error
+        np.copyto(self.arrays[index], decoded)
 
 
 class DrainSink:

@@ -50,7 +50,10 @@ def fetch_deltas(
                 if pushed is None:
                     link.conn.send(Fetch(plan.round, plan.attempt))
                     sink = DeltaSink(arrays, [staging.specs[i] for i in plan.returned], plan.codec)
-                    reply = link.conn.receive(sink)
+                    try:
+                        reply = link.conn.receive(sink)
+                    finally:
+                        sink.settle()
                 else:
                     reply, sink = pushed.delta, pushed.sink
                 if not isinstance(reply, Delta):

@@ -52,6 +52,9 @@ class RoundOutcome:
     decode_s: float = 0.0
     report_s: float = 0.0  # assignments out to the last report (or the deadline)
     seconds: float = 0.0  # the whole attempt, fetching the deltas included
+    # the shepherd's own work around it: the plan (the downlink's encoding) and the merge
+    plan_s: float = 0.0
+    merge_s: float = 0.0
 
 
 class Collector(Protocol):

@@ -74,4 +74,6 @@ def outcome_record(outcome: RoundOutcome) -> dict[str, Any]:
         "pseudo_gradient_raw_bytes": outcome.delta_raw_bytes,
         "encode_s": round(max(r.encode_s for r in outcome.results.values()), 4),
         "decode_s": round(outcome.decode_s, 4),
+        "plan_s": round(outcome.plan_s, 4),  # the shepherd's: the downlink's encoding
+        "merge_s": round(outcome.merge_s, 4),
     }

@@ -171,7 +171,10 @@ def _pushed(plan: RoundPlan, link: WorkerLink, staging: StagingPool) -> Pushed:
     specs = [staging.specs[i] for i in plan.returned]
     arrays = [np.empty(spec.shape, spec.dtype) for spec in specs]
     sink = DeltaSink(arrays, specs, plan.codec)
-    delta = link.conn.receive(sink)
+    try:
+        delta = link.conn.receive(sink)
+    finally:
+        sink.settle()
     if not isinstance(delta, Delta):
         raise TransportError(f"expected a Delta, got {type(delta).__name__}")
     return Pushed(delta, arrays, sink)

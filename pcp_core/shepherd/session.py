@@ -14,6 +14,7 @@ when a round may run and whether its outcome counts:
 """
 
 import statistics
+import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -116,12 +117,16 @@ class Shepherd(Roster):
             self._disconnect_revoked()
             self._wait_for_quorum(round_index)
             links = sorted(self.links.values(), key=lambda link: link.index)
+            planning = time.perf_counter()
             plan = self._plan(
                 round_index, attempt, links, params, assignment_for, excluded, scope, weigh
             )
+            plan_s = time.perf_counter() - planning
             streams = self.merger.aggregator.streams
             total = RunningSum(self._sums) if streams else HeldResults()
             outcome = run_attempt(plan, links, total, self._staging, bound)
+            merging = time.perf_counter()
+            outcome.plan_s = plan_s
             for link in outcome.lost:
                 self._drop(link)
             merged = [delta_mean[i] for i in plan.returned]
@@ -132,6 +137,7 @@ class Shepherd(Roster):
                 if isinstance(total, RunningSum):
                     total.mean_into(delta_mean)
                 self.merger.keep(scope.key, merged)
+                outcome.merge_s = time.perf_counter() - merging
                 self._durations.append(outcome.report_s)
                 bound.remember([step_norm(r) for r in outcome.results.values()])
                 self._bound_of_last = bound

@@ -5,7 +5,7 @@ else is a malformed delta (the connection is closed, the result refused)."""
 import numpy as np
 import pytest
 
-from pcp_core import plugins
+from pcp_core import parallel, plugins
 from pcp_core.codecs import encode_tensor, frame_bytes, max_encoded_bytes
 from pcp_core.program.build import TensorSpec
 from pcp_core.shepherd.aggregation import DeltaSink, MalformedDelta
@@ -74,3 +74,41 @@ def test_a_tensor_of_another_name_is_malformed() -> None:
     sink = DeltaSink([np.zeros(SPEC.shape, np.float32)], [SPEC], plugins.host().codec("bf16"))
     with pytest.raises(MalformedDelta, match="expected w"):
         receive(sink, "v", np.zeros(10, np.uint8))
+
+
+@pytest.fixture
+def small_pieces(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(parallel, "PIECE", 100)  # a 12-tensor delta decodes on the pool
+
+
+def many(sink: DeltaSink, encodings: list[np.ndarray]) -> None:
+    for index, data in enumerate(encodings):
+        header = TensorHeader(f"w{index}", "uint8", data.shape, data.nbytes)
+        sink.buffer(index, header)[...] = data
+        sink.filled(index, header, data)
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_a_deltas_tensors_decode_side_by_side_into_their_buffers() -> None:
+    codec = plugins.host().codec("fp4")
+    specs = [TensorSpec(f"w{i}", SPEC.shape, "float32") for i in range(12)]
+    rng = np.random.default_rng(1)
+    values = [rng.standard_normal(SPEC.shape).astype(np.float32) for _ in specs]
+    staging = [np.zeros(SPEC.shape, np.float32) for _ in specs]
+    sink = DeltaSink(staging, specs, codec)
+    many(sink, [np.frombuffer(encode_tensor(codec, v), np.uint8) for v in values])
+    for got, sent in zip(staging, values, strict=True):  # all there once the last is read
+        assert (np.abs(got - sent) <= codec.error_bound(sent.reshape(-1)).reshape(SPEC.shape)).all()
+
+
+@pytest.mark.usefixtures("small_pieces")
+def test_a_bad_tensor_among_many_is_malformed_and_leaves_nothing_decoding() -> None:
+    codec = plugins.host().codec("fp4")
+    specs = [TensorSpec(f"w{i}", SPEC.shape, "float32") for i in range(12)]
+    good = np.frombuffer(encode_tensor(codec, np.ones(SPEC.shape, np.float32)), np.uint8)
+    transposed = np.frombuffer(encode_tensor(codec, np.ones((30, 40), np.float32)), np.uint8)
+    sink = DeltaSink([np.zeros(SPEC.shape, np.float32) for _ in specs], specs, codec)
+    with pytest.raises(MalformedDelta, match=r"w5: .*shape"):
+        many(sink, [good] * 5 + [transposed] + [good] * 6)  # raised by the last at the latest
+    sink.settle()
+    assert all(decoding.done() for decoding in sink._decoding)

@@ -11,6 +11,7 @@ run's summary."""
 
 import dataclasses
 import functools
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -194,9 +195,11 @@ def one_round(
     budget_s = rounds.budget.seconds()
     assignment = assignments(config, index, shards, budget_s, position)
     round_ = fragment_round(rounds, index)
+    started = time.perf_counter()
     outcome = guarded_round(
         shepherd, round_, index, rounds.params, rounds.delta, assignment, weigh_by(diloco.merge)
     )
+    outer_s = time.perf_counter() - started - outcome.seconds - outcome.plan_s - outcome.merge_s
     rounds.budget.learn(outcome.reported)
 
     losses = worker_losses(outcome, config.steps_per_call)
@@ -214,10 +217,17 @@ def one_round(
     record = records.round_record(
         index, outcome, step, budget_s, losses, steps, state.tokens, elapsed_s
     )
+    started = time.perf_counter()
     evaluated = evaluate_after(ctx, rounds, index, step, advance, record)
+    evaluate_s, started = time.perf_counter() - started, time.perf_counter()
     kept = rounds.setup.saves_after(step, advance)
     if evaluated or kept or state.next_round % config.shepherd.checkpoint_every == 0:
         checkpoint(ctx, rounds, shepherd, step, kept)
+    record |= {  # the shepherd's own work between the workers' rounds
+        "outer_s": round(outer_s, 4),  # the outer step and its guard
+        "evaluate_s": round(evaluate_s, 4),
+        "checkpoint_s": round(time.perf_counter() - started, 4),  # its copies (written aside)
+    }
     record |= utilisation.round(outcome.results)
     ctx.metrics.write(record)
     tokens_per_s = state.tokens / ctx.metrics.elapsed()
