@@ -140,6 +140,7 @@ def run(ctx: RunContext) -> dict[str, Any]:
         "rounds": rounds,
         "bytes_sent": state.bytes_sent,
         "bytes_received": state.bytes_received,
+        **utilisation.summary(),  # each worker's busy share of the training phase
     }
 
 

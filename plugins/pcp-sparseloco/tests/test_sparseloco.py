@@ -67,6 +67,8 @@ def test_a_robust_aggregator_and_spot_checks(tmp_path: Path) -> None:
     assert len(rounds) == 4 and all(not record["rejected"] for record in rounds)
     assert sum(record["spot_checks"] for record in rounds) >= 4
     assert rounds[-1]["val_loss"] < rounds[0]["val_loss"]
+    busy = json.loads((run / "summary.json").read_text())["worker_utilisation"]
+    assert len(busy) == 4 and all(0 < share < 1 for share in busy.values())
 
 
 def test_value_wise_aggregators_are_refused(tmp_path: Path) -> None:
