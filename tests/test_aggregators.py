@@ -85,6 +85,22 @@ def test_centered_clip_reports_what_each_result_counted() -> None:
     assert shares is not None and shares[-1] < 0.1 and min(shares[:3]) > 0.9
 
 
+def test_centered_clip_stops_once_nothing_is_clipped_and_takes_one_result_whole() -> None:
+    """Results that all sit within τ of their mean: the mean is where the iterations stay,
+    so they stop there (the same merge, fewer passes over the model); a single result is
+    the merge itself."""
+    results = deltas(3, seed=5)
+    out = merge("centered-clip", results)
+    for merged, *parts in zip(out, *results, strict=True):
+        np.testing.assert_allclose(merged, sum(parts) / 3, rtol=1e-5, atol=1e-7)
+    (alone,) = deltas(1, seed=6)
+    combiner = plugins.host().aggregator("centered-clip").create()
+    single = empty()
+    assert combiner.combine(0, [alone], [1], single) == [1.0]
+    for merged, part in zip(single, alone, strict=True):
+        np.testing.assert_array_equal(merged, part)
+
+
 def test_the_median_and_trimmed_mean_ignore_a_minority_per_value() -> None:
     values = [[np.full(shape, v, np.float32) for shape in SHAPES] for v in (1, 2, 3, 1e9)]
     assert merge("median", values)[0][0, 0] == 2  # the lower median of 1, 2, 3, 1e9

@@ -68,6 +68,9 @@ class CenteredClip:
     def combine(
         self, key: int, deltas: Sequence[Delta], weights: Sequence[float], out: Delta
     ) -> list[float]:
+        if len(deltas) == 1:  # within τ of the centre by construction: counted whole
+            combination([1.0], deltas, out)
+            return [1.0]
         center = self.centers.get(key)
         if center is None or [c.shape for c in center] != [d.shape for d in deltas[0]]:
             center = [np.zeros(d.shape, np.float32) for d in deltas[0]]
@@ -76,8 +79,10 @@ class CenteredClip:
         for target, source in zip(out, center, strict=True):
             target[...] = source
         counted = np.ones(len(deltas))
-        for _ in range(CLIP_ITERATIONS):
+        for iteration in range(CLIP_ITERATIONS):
             counted = np.minimum(1.0, tau / np.maximum(distances(out, deltas), 1e-30))
+            if iteration and (counted == 1).all():
+                break  # `out` is the plain weighted mean, and no result is clipped: it stays
             kept = share * counted
             combination([1.0 - float(np.sum(kept)), *kept], [out, *deltas], out)
         return [float(c) for c in counted]
