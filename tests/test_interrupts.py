@@ -2,6 +2,10 @@
 another error: re-taking a Condition's lock, leaving "cannot release un-acquired lock"
 with the interrupt as its context (seen once in CI: a shepherd stopped mid-round)."""
 
+import contextlib
+import os
+import signal
+
 import pytest
 import typer
 
@@ -48,3 +52,24 @@ def test_a_user_error_that_is_a_runtime_error_is_still_one_line(
         run_or_explain(no_device)
     assert ended.value.exit_code == exit_codes.CONFIGURATION
     assert capsys.readouterr().err == "error: no device 3\n"
+
+
+def test_an_error_a_ctrl_c_left_without_the_interrupt_is_still_exit_130(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The interrupt lost on the way (as an extension module's import may lose it): the
+    SIGINT itself was seen, so the command still ends as interrupted."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+
+    def interrupted_import() -> None:
+        with contextlib.suppress(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)  # its handler raises here
+        raise ImportError("initialization of _mlir failed")
+
+    try:
+        with pytest.raises(typer.Exit) as ended:
+            run_or_explain(interrupted_import)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert ended.value.exit_code == exit_codes.INTERRUPTED
+    assert "interrupted" in capsys.readouterr().err
