@@ -292,7 +292,7 @@ def project(args: argparse.Namespace) -> dict[str, Any]:
                     compute_s=[compute] * count, down_bytes=params * down,
                     up_bytes=params * up, shepherd_s=0.0, decode_s=decode, pushed=args.pushed,
                 )  # fmt: skip
-                cycle = uniform_cycle_s(round_, count, worker, shepherd)
+                cycle = cycle_s(round_, [worker] * count, shepherd)
                 table.append({
                     "model": model, "encoding": encoding, "workers": count,
                     "compute_s": round(compute, 3), "cycle_s": round(cycle, 3),
@@ -300,21 +300,6 @@ def project(args: argparse.Namespace) -> dict[str, Any]:
                 })  # fmt: skip
     return {"worker": vars(worker), "shepherd": vars(shepherd), "inner_steps": args.inner_steps,
             "pushed": args.pushed, "table": table}  # fmt: skip
-
-
-def uniform_cycle_s(round_: Round, count: int, worker: Link, shepherd: Link) -> float:
-    """`cycle_s` for `count` equal workers in closed form (the fluid model's answer for
-    equal flows; 10,000 flows would take the simulation long): downloads share the
-    shepherd's link at once; uploads go `slots` at a time, one after another."""
-    latency = (worker.delay_ms + shepherd.delay_ms) / 1000
-    cap = rate_bytes(worker, shepherd)
-    capacity = shepherd.rate_mbit * 1e6 / 8 / WIRE
-    down = round_.down_bytes / min(cap, capacity / count)
-    slots = count if round_.pushed else STAGING_BUFFERS
-    per_upload = (round_.up_bytes + round_.decode_s * cap) / min(cap, capacity / min(slots, count))
-    waves = math.ceil(count / slots)
-    fetch = 0.0 if round_.pushed else latency
-    return down + 2 * latency + round_.compute_s[0] + fetch + waves * per_upload + latency
 
 
 def project_markdown(result: dict[str, Any]) -> list[str]:

@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from pcp_core import plugins
+from pcp_core.shepherd import robust
 from pcp_core.shepherd.accountability import (
     SKETCH_VALUES,
     Accountability,
@@ -85,20 +86,33 @@ def test_centered_clip_reports_what_each_result_counted() -> None:
     assert shares is not None and shares[-1] < 0.1 and min(shares[:3]) > 0.9
 
 
-def test_centered_clip_stops_once_nothing_is_clipped_and_takes_one_result_whole() -> None:
+def test_centered_clip_stops_once_nothing_is_clipped_and_takes_one_result_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Results that all sit within τ of their mean: the mean is where the iterations stay,
-    so they stop there (the same merge, fewer passes over the model); a single result is
-    the merge itself."""
+    so the first pass over the model that reaches it is the last (the same merge, fewer
+    passes); a single result is the merge itself, in one pass."""
+    passes: list[int] = []
+    combination = robust.combination
+
+    def counted(coefficients, arrays, out) -> None:  # type: ignore[no-untyped-def]
+        passes.append(len(arrays))
+        combination(coefficients, arrays, out)
+
+    monkeypatch.setattr(robust, "combination", counted)
     results = deltas(3, seed=5)
     out = merge("centered-clip", results)
     for merged, *parts in zip(out, *results, strict=True):
         np.testing.assert_allclose(merged, sum(parts) / 3, rtol=1e-5, atol=1e-7)
+    assert len(passes) == 1
+    passes.clear()
     (alone,) = deltas(1, seed=6)
     combiner = plugins.host().aggregator("centered-clip").create()
     single = empty()
     assert combiner.combine(0, [alone], [1], single) == [1.0]
     for merged, part in zip(single, alone, strict=True):
         np.testing.assert_array_equal(merged, part)
+    assert passes == [1]
 
 
 def test_the_median_and_trimmed_mean_ignore_a_minority_per_value() -> None:
