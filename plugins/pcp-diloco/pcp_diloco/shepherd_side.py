@@ -224,7 +224,7 @@ def one_round(
     if evaluated or kept or state.next_round % config.shepherd.checkpoint_every == 0:
         checkpoint(ctx, rounds, shepherd, step, kept)
     record |= {  # the shepherd's own work between the workers' rounds
-        "outer_s": round(outer_s, 4),  # the outer step and its guard
+        "outer_s": round(outer_s, 4),  # the outer step, its guard (and attempts undone)
         "evaluate_s": round(evaluate_s, 4),
         "checkpoint_s": round(time.perf_counter() - started, 4),  # its copies (written aside)
     }
