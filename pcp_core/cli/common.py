@@ -8,9 +8,7 @@ Kept light: jax and iree are imported only by the commands that need them, so
 import dataclasses
 import inspect
 import logging
-import signal
 import sys
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NoReturn, Optional
@@ -256,28 +254,12 @@ def interrupted(error: BaseException) -> bool:
     return False
 
 
-_CTRL_C: list[int] = []  # SIGINTs that reached this command
-
-
-def _noting_ctrl_c(signum: int, frame: Any) -> None:
-    _CTRL_C.append(signum)
-    signal.default_int_handler(signum, frame)
-
-
 def run_or_explain(body: Callable[[], None]) -> None:
-    """Run a command body, turning user errors into one line and Ctrl-C into exit 130.
-
-    Ctrl-C also counts where the error it leaves has lost it: a KeyboardInterrupt
-    inside an extension module's import surfaced as another error, with no interrupt in
-    its context (seen once in CI, in `import iree.compiler`)."""
-    _CTRL_C.clear()
-    main = threading.current_thread() is threading.main_thread()
-    if main and signal.getsignal(signal.SIGINT) is signal.default_int_handler:
-        signal.signal(signal.SIGINT, _noting_ctrl_c)
+    """Run a command body, turning user errors into one line and Ctrl-C into exit 130."""
     try:
         body()
     except BaseException as error:
-        if interrupted(error) or _CTRL_C:
+        if interrupted(error):
             typer.secho("interrupted", fg=typer.colors.YELLOW, err=True)
             raise typer.Exit(exit_codes.INTERRUPTED) from None
         if not isinstance(error, user_errors()):

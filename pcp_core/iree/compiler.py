@@ -19,6 +19,7 @@ import structlog
 
 from pcp_core import compile_cache
 from pcp_core.backends import Backend, CompileError
+from pcp_core.interrupts import import_holding_ctrl_c
 from pcp_core.iree.compile_process import CompilerFailed, CompilerHung, compile_stablehlo
 
 log = structlog.get_logger(__name__)
@@ -137,7 +138,7 @@ def compile_program(stablehlo: str, backend: Backend, arch: str) -> CompiledProg
         return CompiledProgram(vmfb, hashlib.sha256(vmfb).hexdigest(), backend.name, arch, True)
 
     try:
-        import iree.compiler  # noqa: F401  (only to say clearly when it is missing)
+        import_holding_ctrl_c("iree.compiler")  # loaded here, so a missing one is said clearly
     except ImportError:
         raise CompileError(
             f"no IREE compiler here to compile for {backend.name}: "

@@ -13,6 +13,7 @@ import numpy as np
 import structlog
 
 from pcp_core.backends import DeviceError
+from pcp_core.interrupts import import_holding_ctrl_c
 from pcp_core.program.build import ENTRY_FUNCTION, TensorSpec, conforming
 
 log = structlog.get_logger(__name__)
@@ -50,7 +51,7 @@ def _query_devices(
     (what to install). `runtime_flags` (a backend's) are parsed first: IREE reads
     them when it creates the driver.
     """
-    import iree.runtime as rt
+    rt = import_holding_ctrl_c("iree.runtime")  # usually its first import
 
     if runtime_flags:
         rt.flags.parse_flags(*runtime_flags)
