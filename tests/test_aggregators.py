@@ -127,11 +127,14 @@ def test_the_lower_median_stays_with_the_honest_half() -> None:
 
 def test_scores() -> None:
     a = [np.ones(shape, np.float32) for shape in SHAPES]
-    assert cosines([a, [-x for x in a]], a) == pytest.approx([1.0, -1.0])
+    assert cosines([a, [-x for x in a]], a, [0.0, 0.0]) == pytest.approx([1.0, -1.0])
     assert norm_ratios([1, 1, 1, 10]) == [1, 1, 1, 10]
-    policy = Policy(min_cosine=0.0, max_norm_ratio=4.0)
+    policy = Policy(min_cosine=0.0, min_relative_cosine=0.25, max_norm_ratio=4.0)
     assert Score(cosine=-0.5).problem(policy) and Score(norm_ratio=5).problem(policy)
     assert Score(cosine=0.5, norm_ratio=1).problem(policy) is None
+    assert Score(cosine=0.1).problem(policy, typical_cosine=0.6)  # far below the round's
+    assert Score(cosine=0.2).problem(policy, typical_cosine=0.6) is None
+    assert Score(cosine=0.01).problem(policy, typical_cosine=0.06) is None  # mostly noise
     assert Score().problem(policy) is None  # not scored
     assert Score(harm=9, cost=0.5).problem(Policy())
     assert Score(harm=9, cost=0.05).problem(Policy()) is None  # beyond doubt, but small
@@ -142,6 +145,24 @@ def test_scores() -> None:
     base, merged = np.array([3.0, 3.0]), np.array([2.0, 2.0])  # the round gains 1
     assert cost(base, merged, merged - 0.5) == 0.5 and cost(base, merged, merged + 0.5) == -0.5
     assert cost(merged, base, base - 0.1) == math.inf  # no gain, and worse with it
+
+
+def test_a_result_does_not_vouch_for_itself() -> None:
+    """A random direction, a quarter of a merge of four, has a cosine of about 0.5 with
+    it; with the merge of the three others, about 0."""
+    rng = np.random.default_rng(0)
+    shared = rng.standard_normal(10_000)
+    honest = [shared + 0.5 * rng.standard_normal(shared.size) for _ in range(3)]
+    unrelated = rng.standard_normal(shared.size)
+    unrelated *= np.linalg.norm(honest[0]) / np.linalg.norm(unrelated)  # at an honest norm
+    deltas = [[v.astype(np.float32)] for v in (*honest, unrelated)]
+    merged = [np.mean([d[0] for d in deltas], axis=0)]
+    with_itself = cosines(deltas, merged, [0.0] * 4)
+    with_the_others = cosines(deltas, merged, [0.25] * 4)
+    assert with_itself[3] > 0.3 and abs(with_the_others[3]) < 0.05
+    assert min(with_the_others[:3]) > 0.7
+    others = [np.mean([d[0] for d in deltas[1:]], axis=0)]  # the merge without the first
+    assert with_the_others[0] == pytest.approx(cosines(deltas[:1], others, [0.0])[0], rel=1e-5)
 
 
 def test_harm_is_a_paired_t_statistic() -> None:
@@ -156,7 +177,7 @@ def test_harm_is_a_paired_t_statistic() -> None:
 def test_strikes_quarantine_and_their_state() -> None:
     books = Accountability(Policy(quarantine_after=2))
     assert books.judge(0, ["a", "b"], [Score(cosine=-1), Score(cosine=1)]) == {
-        "a": "cosine with the round's merge -1.000 < 0 (strike 1 in 10 rounds)"
+        "a": "cosine with the others' merge -1.000 < 0 (strike 1 in 10 rounds)"
     }
     assert not books.is_quarantined("a")
     books.judge(10, ["a"], [Score(norm_ratio=9)])  # the first is forgiven by now

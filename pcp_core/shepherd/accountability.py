@@ -16,7 +16,12 @@ window of past results that a patient minority fills:
   honest worker's own model, trained on its shard, is often worse than the round's
   parameters on other data; the merge of the workers is not, and one honest result in it
   seldom hurts it);
-- its cosine with the merge (with three results or more: of two that disagree, there is
+- its cosine with the merge of the others (the round's merge less its own share, so
+  that a result does not vouch for itself: with four workers a random direction has a
+  cosine of about 0.4 with a merge it is a quarter of, and about 0 with the others'),
+  against the round's own: under MIN_RELATIVE_COSINE times the lower median of the
+  round's cosines, which a minority cannot raise past an honest worker's, where that is
+  at least AGREEING_COSINE (with three results or more: of two that disagree, there is
   no telling which is wrong);
 - whether it is the result its sender sent the round before (`Replays`).
 
@@ -25,7 +30,8 @@ share of the round's gain that matters (`cost` over `leave_out_cost`: small chan
 the merge are significant on every batch alike) is left out of the round (the merge is
 made without it, and its losses do not count); one line names the worker and why. A
 strike is one that makes the merge far worse (t over `strike_t`, cost over
-`strike_cost`), a cosine with the merge below `min_cosine`, a norm ratio over
+`strike_cost`), a cosine with the others' merge below `min_cosine` or below
+`min_relative_cosine` of the round's lower median, a norm ratio over
 `max_norm_ratio`, a replay of the sender's last result, or a result that is no
 well-formed pseudo-gradient (a tensor of another shape): left out too. A worker with
 `quarantine_after` strikes within QUARANTINE_WINDOW rounds is quarantined: disconnected,
@@ -46,10 +52,19 @@ import structlog
 
 from pcp_core.aggregators import Delta
 from pcp_core.parallel import pieces
+from pcp_core.shepherd.robust import lower_median
 
 log = structlog.get_logger(__name__)
 
 MIN_COSINE = 0.0
+# Honest workers' cosines with the others' merge fall as their batches shrink and the
+# loss flattens. Sixteen workers of two sequences each, the tiny model: 0.96 in round 0,
+# 0.2 by round 14, 0.04 by round 29. While the round's typical cosine is at least
+# AGREEING_COSINE the honest ones stayed within 0.85 of it, and a result under a quarter
+# of it carries little of the work the others agree on; below, the results are mostly
+# noise and spread (the lowest a quarter of the typical by round 28): no telling.
+MIN_RELATIVE_COSINE = 0.25
+AGREEING_COSINE = 0.2
 MAX_NORM_RATIO = 4.0
 # a result without which the merge's loss is lower by t over LEAVE_OUT_T and by over
 # LEAVE_OUT_COST of the round's gain is left out; over STRIKE_T and STRIKE_COST, struck
@@ -64,6 +79,7 @@ QUARANTINE_WINDOW = 10  # rounds: strikes older than this are forgiven
 @dataclass(frozen=True)
 class Policy:
     min_cosine: float = MIN_COSINE
+    min_relative_cosine: float = MIN_RELATIVE_COSINE
     max_norm_ratio: float = MAX_NORM_RATIO
     leave_out_t: float = LEAVE_OUT_T
     leave_out_cost: float = LEAVE_OUT_COST
@@ -74,20 +90,27 @@ class Policy:
 
 @dataclass(frozen=True)
 class Score:
-    cosine: float = math.nan  # with the round's merge (nan: not scored)
+    cosine: float = math.nan  # with the others' merge (nan: not scored)
     norm_ratio: float = math.nan  # its step norm over the round's median (nan: not scored)
     harm: float = math.nan  # how much worse the merge is with it, as a t statistic (`harm`)
     cost: float = math.nan  # the same as a share of the round's loss gain (`cost`)
 
-    def problem(self, policy: Policy) -> str | None:
-        """Why this result is a strike, or None."""
+    def problem(self, policy: Policy, typical_cosine: float = math.nan) -> str | None:
+        """Why this result is a strike, or None; `typical_cosine` is the lower median of
+        the round's cosines."""
         if self.harm > policy.strike_t and self.cost > policy.strike_cost:
             return (
                 f"the merge has a far lower loss without it ({self.cost:.0%} of the round's "
                 f"gain, t = {self.harm:.3g})"
             )
         if self.cosine < policy.min_cosine:
-            return f"cosine with the round's merge {self.cosine:.3f} < {policy.min_cosine:g}"
+            return f"cosine with the others' merge {self.cosine:.3f} < {policy.min_cosine:g}"
+        agreeing = typical_cosine >= AGREEING_COSINE
+        if agreeing and self.cosine < policy.min_relative_cosine * typical_cosine:
+            return (
+                f"cosine with the others' merge {self.cosine:.3f}, under "
+                f"{policy.min_relative_cosine:g} of the round's typical {typical_cosine:.3f}"
+            )
         if self.norm_ratio > policy.max_norm_ratio:
             return (
                 f"norm {self.norm_ratio:.3g}x the round's median (at most "
@@ -139,8 +162,10 @@ class Replays:
         return cosine if cosine > REPEAT_COSINE else None
 
 
-def cosines(deltas: Sequence[Delta], merged: Delta) -> list[float]:
-    """Each delta's cosine with `merged`, in float64 (0 where either is zero)."""
+def cosines(deltas: Sequence[Delta], merged: Delta, shares: Sequence[float]) -> list[float]:
+    """Each delta's cosine with the merge of the others, `merged` less the delta's share
+    of it (`shares`: what each counted in `merged`, as a fraction of the whole), in
+    float64; 0 where either is zero."""
 
     def products(base: np.ndarray, *parts: np.ndarray) -> np.ndarray:
         wide = base.astype(np.float64)
@@ -153,11 +178,15 @@ def cosines(deltas: Sequence[Delta], merged: Delta) -> list[float]:
     if not found:
         return [0.0] * len(deltas)
     sums = np.sum(found, axis=0)
-    own = math.sqrt(sums[-1][0])
-    return [
-        float(dot / (own * math.sqrt(square))) if own and square else 0.0
-        for dot, square in sums[:-1]
-    ]
+    merged_square = sums[-1][0]
+    found = []
+    for (dot, square), share in zip(sums[:-1], shares, strict=True):
+        # x · (m - s x) and |m - s x|², from x · m, |x|² and |m|²
+        others_dot = dot - share * square
+        others_square = merged_square - 2 * share * dot + share * share * square
+        norms = math.sqrt(max(others_square, 0.0) * square)
+        found.append(float(others_dot / norms) if norms > 0 else 0.0)
+    return found
 
 
 def norm_ratios(step_norms: Sequence[float]) -> list[float]:
@@ -204,8 +233,10 @@ class Accountability:
         """The strikes of a round's results: worker name -> why (the caller logs it, as
         it leaves the result out)."""
         struck = {}
+        scored = [s.cosine for s in scores if not math.isnan(s.cosine)]
+        typical = lower_median(scored) if scored else math.nan
         for name, score in zip(names, scores, strict=True):
-            problem = score.problem(self.policy)
+            problem = score.problem(self.policy, typical)
             if problem is not None:
                 struck[name] = self.strike(round_index, name, problem)
         return struck

@@ -87,7 +87,9 @@ class Merger:
             shares = self._combine(held, merged, key, outcome)
         order = sorted(outcome.results)
         # with two results, one against the other, there is no telling which is wrong
-        found = cosines([held.deltas[w] for w in order], merged) if len(order) > 2 else []
+        total = sum(held.weights[w] * shares.get(w, 1.0) for w in order)
+        counted = [held.weights[w] * shares.get(w, 1.0) / total for w in order]
+        found = cosines([held.deltas[w] for w in order], merged, counted) if len(order) > 2 else []
         order = order if found else []
         outcome.cosines = {w: round(c, 4) for w, c in zip(order, found, strict=True)}
         names = [outcome.senders[w] for w in order]
