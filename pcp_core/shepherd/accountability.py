@@ -179,14 +179,14 @@ def cosines(deltas: Sequence[Delta], merged: Delta, shares: Sequence[float]) -> 
         return [0.0] * len(deltas)
     sums = np.sum(found, axis=0)
     merged_square = sums[-1][0]
-    found = []
+    with_others = []
     for (dot, square), share in zip(sums[:-1], shares, strict=True):
         # x · (m - s x) and |m - s x|², from x · m, |x|² and |m|²
         others_dot = dot - share * square
         others_square = merged_square - 2 * share * dot + share * share * square
         norms = math.sqrt(max(others_square, 0.0) * square)
-        found.append(float(others_dot / norms) if norms > 0 else 0.0)
-    return found
+        with_others.append(float(others_dot / norms) if norms > 0 else 0.0)
+    return with_others
 
 
 def norm_ratios(step_norms: Sequence[float]) -> list[float]:
