@@ -148,8 +148,8 @@ def test_scores() -> None:
 
 
 def test_a_result_does_not_vouch_for_itself() -> None:
-    """A random direction, a quarter of a merge of four, has a cosine of about 0.5 with
-    it; with the merge of the three others, about 0."""
+    """A random direction, a quarter of a merge of four, has a cosine well above 0.3
+    with it (0.4 in the attack runs); with the merge of the three others, about 0."""
     rng = np.random.default_rng(0)
     shared = rng.standard_normal(10_000)
     honest = [shared + 0.5 * rng.standard_normal(shared.size) for _ in range(3)]
